@@ -1,0 +1,3 @@
+from baselines.grpo import GRPO
+
+__all__ = ["GRPO"]

@@ -1,0 +1,137 @@
+"""Evaluate any orchestration policy on a fixed, held-out EDO task set and print one comparable table.
+
+Every policy (heuristic or trained SB3 model) is run on the same task ids of the ``test`` split with the same
+per-episode seeds, so the rows of the table differ only by the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from tqdm.auto import tqdm
+
+from baselines.heuristics import HeuristicPolicy
+from edo_gym.envs.edo_env import EDOEnv
+
+ActFn = Callable[[EDOEnv, dict[str, np.ndarray]], int]
+
+
+@dataclass
+class EvalResult:
+    """Means over the evaluated episodes. ``tokens``/``calls``/``latency_s`` are per episode."""
+
+    policy: str
+    episodes: int
+    success_rate: float
+    mean_return: float
+    tokens: float
+    calls: float
+    latency_s: float
+    success_by_family: dict[str, float] = field(default_factory=dict)
+    success_ci95: tuple[float, float] = (0.0, 0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_eval_env(env_id: str = "EDO-v0", **kwargs: Any) -> gym.Env:
+    """The held-out (``test`` split) version of ``env_id``."""
+    import edo_gym  # noqa: F401 - registers the ids
+
+    return gym.make(env_id, tasks_split="test", **kwargs)
+
+
+def heldout_task_ids(env: gym.Env, n: int | None = None) -> list[int]:
+    """The first ``n`` task ids of an env's task list (all when ``n`` is None)."""
+    total = int(env.unwrapped.num_tasks)  # type: ignore[attr-defined]
+    if n is not None and n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return list(range(total if n is None else min(n, total)))
+
+
+def wilson_ci(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (float(max(0.0, centre - half)), float(min(1.0, centre + half)))
+
+
+def run_episodes(
+    env: gym.Env, act: ActFn, task_ids: Sequence[int], seed: int = 0, name: str = "policy",
+    reset_hook: Callable[[EDOEnv], None] | None = None, progress: bool = False,
+) -> EvalResult:  # fmt: skip
+    """Run one episode per task id (seed ``seed + k`` for the k-th) and average the outcomes."""
+    base: EDOEnv = env.unwrapped  # type: ignore[assignment]
+    successes, returns, tokens, calls, latency = [], [], [], [], []
+    by_family: dict[str, list[float]] = {}
+    for k, task_id in enumerate(tqdm(task_ids, desc=f"eval {name}", disable=not progress, leave=False)):
+        obs, info = env.reset(seed=seed + k, options={"task_id": int(task_id)})
+        if reset_hook is not None:
+            reset_hook(base)
+        total = 0.0
+        while True:
+            obs, reward, terminated, truncated, info = env.step(act(base, obs))
+            total += float(reward)
+            if terminated or truncated:
+                break
+        stats = info["episode_stats"]
+        successes.append(float(stats["success"]))
+        returns.append(total)
+        tokens.append(stats["tokens"])
+        calls.append(stats["calls"])
+        latency.append(stats["latency_s"])
+        by_family.setdefault(stats["family"], []).append(float(stats["success"]))
+    n = len(successes)
+    return EvalResult(
+        policy=name,
+        episodes=n,
+        success_rate=float(np.mean(successes)),
+        mean_return=float(np.mean(returns)),
+        tokens=float(np.mean(tokens)),
+        calls=float(np.mean(calls)),
+        latency_s=float(np.mean(latency)),
+        success_by_family={f: float(np.mean(v)) for f, v in sorted(by_family.items())},
+        success_ci95=wilson_ci(int(sum(successes)), n),
+    )
+
+
+def evaluate_heuristic(policy: HeuristicPolicy, env: gym.Env, task_ids: Sequence[int], seed: int = 0, progress: bool = False) -> EvalResult:
+    """Evaluate a :class:`~baselines.heuristics.HeuristicPolicy`."""
+    return run_episodes(env, policy.act, task_ids, seed, policy.name, reset_hook=policy.reset, progress=progress)
+
+
+def evaluate_model(model: Any, env: gym.Env, task_ids: Sequence[int], seed: int = 0, name: str = "model",
+                   deterministic: bool = True, progress: bool = False) -> EvalResult:  # fmt: skip
+    """Evaluate an SB3-style model (``predict(obs, deterministic=..., action_masks=...)``); masks are passed when accepted."""
+    import inspect
+
+    accepts_masks = "action_masks" in inspect.signature(model.predict).parameters
+
+    def act(base: EDOEnv, obs: dict[str, np.ndarray]) -> int:
+        if accepts_masks:
+            action, _ = model.predict(obs, deterministic=deterministic, action_masks=base.action_masks())
+        else:
+            action, _ = model.predict(obs, deterministic=deterministic)
+        return int(np.asarray(action).reshape(()))
+
+    return run_episodes(env, act, task_ids, seed, name, progress=progress)
+
+
+def format_table(results: Sequence[EvalResult]) -> str:
+    """A Markdown table: success rate (95% CI), mean return, tokens, calls and simulated latency per episode."""
+    header = "| policy | success rate (95% CI) | mean return | tokens/ep | calls/ep | latency s/ep |"
+    lines = [header, "|---|---|---|---|---|---|"]
+    for r in results:
+        lo, hi = r.success_ci95
+        lines.append(
+            f"| {r.policy} | {r.success_rate:.3f} ({lo:.2f}-{hi:.2f}) | {r.mean_return:+.3f} | {r.tokens:.0f} | {r.calls:.1f} | {r.latency_s:.1f} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,383 @@
+"""
+Actor-only policies for GRPO.
+
+GRPO replaces the learned baseline (critic) by group statistics, so these policies build **no value
+network at all**: there is a features extractor, an actor MLP and an action head, nothing else.
+For the same actor ``net_arch`` this is about half of the trainable parameters (and Adam state) of an
+SB3 ``ActorCriticPolicy`` with ``net_arch=dict(pi=..., vf=...)`` of equal size.
+
+Invalid action masking is supported for ``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` action
+spaces (same semantics as sb3-contrib's ``MaskableActorCriticPolicy``: ``True`` = allowed).
+``Box`` action spaces use a diagonal Gaussian (state-independent log std) and do not accept masks.
+"""
+
+import warnings
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.maskable.distributions import MaskableDistribution, make_masked_proba_distribution
+from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    CombinedExtractor,
+    FlattenExtractor,
+    NatureCNN,
+)
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import nn
+
+MaybeMasks = np.ndarray | th.Tensor | None
+
+
+class GRPOPolicy(BasePolicy):
+    """
+    Actor-only stochastic policy (no critic) with optional invalid action masking.
+
+    :param observation_space: Observation space
+    :param action_space: Action space (Discrete, MultiDiscrete, MultiBinary or Box)
+    :param lr_schedule: Learning rate schedule (could be constant); ``lr_schedule(1)`` is the initial learning rate
+    :param net_arch: Hidden layer sizes (number of units per layer) of the actor MLP. ``None`` gives ``[64, 64]``
+        (``[]`` with a CNN features extractor). For compatibility with SB3 a dict with a ``"pi"`` key is
+        accepted; any ``"vf"`` entry is ignored because no value network is built.
+    :param activation_fn: Activation function class used after each hidden layer
+    :param ortho_init: Whether to use orthogonal initialization (gain sqrt(2) for hidden layers, 0.01 for the action head)
+    :param log_std_init: Initial value of the log standard deviation (Box action spaces only), in log action units
+    :param features_extractor_class: Features extractor class
+    :param features_extractor_kwargs: Keyword arguments to pass to the features extractor
+    :param normalize_images: Whether to normalize images or not, dividing by 255.0 (True by default)
+    :param optimizer_class: The optimizer to use, ``th.optim.Adam`` by default
+    :param optimizer_kwargs: Additional keyword arguments, excluding the learning rate, to pass to the optimizer
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        ortho_init: bool = True,
+        log_std_init: float = 0.0,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        if optimizer_kwargs is None:
+            optimizer_kwargs = {}
+            # Small values to avoid NaN in Adam optimizer (same default as SB3)
+            if optimizer_class == th.optim.Adam:
+                optimizer_kwargs["eps"] = 1e-5
+
+        super().__init__(
+            observation_space,
+            action_space,
+            features_extractor_class,
+            features_extractor_kwargs,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=normalize_images,
+            squash_output=False,
+        )
+
+        if isinstance(net_arch, dict):
+            if "vf" in net_arch:
+                warnings.warn("GRPO policies have no value network: net_arch['vf'] is ignored.", UserWarning)
+            net_arch = list(net_arch.get("pi", []))
+        if net_arch is None:
+            net_arch = [] if features_extractor_class == NatureCNN else [64, 64]
+
+        self.net_arch: list[int] = list(net_arch)
+        self.activation_fn = activation_fn
+        self.ortho_init = ortho_init
+        self.log_std_init = log_std_init
+
+        self.features_extractor = self.make_features_extractor()
+        self.features_dim = self.features_extractor.features_dim
+
+        if isinstance(action_space, spaces.Box):
+            self.action_dist: Distribution = DiagGaussianDistribution(int(np.prod(action_space.shape)))
+        else:
+            self.action_dist = make_masked_proba_distribution(action_space)
+
+        self._build(lr_schedule)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            {
+                "net_arch": self.net_arch,
+                "activation_fn": self.activation_fn,
+                "ortho_init": self.ortho_init,
+                "log_std_init": self.log_std_init,
+                "lr_schedule": self._dummy_schedule,  # dummy lr schedule, not needed for loading policy alone
+                "optimizer_class": self.optimizer_class,
+                "optimizer_kwargs": self.optimizer_kwargs,
+                "features_extractor_class": self.features_extractor_class,
+                "features_extractor_kwargs": self.features_extractor_kwargs,
+            }
+        )
+        return data
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        """
+        Create the actor network, the action head and the optimizer.
+
+        :param lr_schedule: Learning rate schedule, ``lr_schedule(1)`` is the initial learning rate
+        """
+        layers: list[nn.Module] = []
+        last_dim = self.features_dim
+        for units in self.net_arch:
+            layers += [nn.Linear(last_dim, units), self.activation_fn()]
+            last_dim = units
+        self.actor_net = nn.Sequential(*layers)
+        self.latent_dim_pi = last_dim
+
+        if isinstance(self.action_dist, DiagGaussianDistribution):
+            self.action_net, self.log_std = self.action_dist.proba_distribution_net(
+                latent_dim=self.latent_dim_pi, log_std_init=self.log_std_init
+            )
+        else:
+            self.action_net = self.action_dist.proba_distribution_net(latent_dim=self.latent_dim_pi)
+
+        if self.ortho_init:
+            module_gains = {
+                self.features_extractor: np.sqrt(2),
+                self.actor_net: np.sqrt(2),
+                self.action_net: 0.01,
+            }
+            for module, gain in module_gains.items():
+                module.apply(partial(self.init_weights, gain=gain))
+
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
+
+    @property
+    def supports_masking(self) -> bool:
+        """Whether the action distribution accepts invalid action masks."""
+        return isinstance(self.action_dist, MaskableDistribution)
+
+    def get_distribution(self, obs: PyTorchObs, action_masks: MaybeMasks = None) -> Distribution:
+        """
+        Action distribution for the given observations, with masks applied.
+
+        :param obs: Observation (tensor or dict of tensors, already batched)
+        :param action_masks: Boolean masks of allowed actions, shape ``(batch, sum(action_dims))``; None = no masking
+        :return: The action distribution
+        """
+        features = self.extract_features(obs, self.features_extractor)
+        latent_pi = self.actor_net(features)
+        mean_actions = self.action_net(latent_pi)
+        if isinstance(self.action_dist, DiagGaussianDistribution):
+            if action_masks is not None:
+                raise ValueError("Action masking is not supported for Box action spaces")
+            return self.action_dist.proba_distribution(mean_actions, self.log_std)
+        distribution = self.action_dist.proba_distribution(action_logits=mean_actions)
+        if action_masks is not None:
+            distribution.apply_masking(action_masks)  # type: ignore[attr-defined]
+        return distribution
+
+    def forward(  # type: ignore[override]
+        self,
+        obs: PyTorchObs,
+        deterministic: bool = False,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """
+        Sample actions (there is no value output: GRPO has no critic).
+
+        :param obs: Observation
+        :param deterministic: Whether to sample or use deterministic actions
+        :param action_masks: Action masks to apply to the action distribution
+        :return: actions (shape ``(batch, *action_space.shape)``) and their log probability (shape ``(batch,)``)
+        """
+        distribution = self.get_distribution(obs, action_masks)
+        actions = distribution.get_actions(deterministic=deterministic)
+        log_prob = distribution.log_prob(actions)
+        actions = actions.reshape((-1, *self.action_space.shape))  # type: ignore[misc]
+        return actions, log_prob
+
+    def evaluate_actions(
+        self,
+        obs: PyTorchObs,
+        actions: th.Tensor,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """
+        Log probability and entropy of given actions under the current policy.
+
+        :param obs: Observation
+        :param actions: Actions (long for discrete spaces), shape ``(batch, *action_space.shape)``
+        :param action_masks: Action masks to apply to the action distribution
+        :return: log likelihood of the actions (shape ``(batch,)``) and entropy of the distribution (shape ``(batch,)``)
+        """
+        distribution = self.get_distribution(obs, action_masks)
+        log_prob = distribution.log_prob(actions)
+        entropy = distribution.entropy()
+        assert entropy is not None
+        return log_prob, entropy
+
+    def _predict(  # type: ignore[override]
+        self,
+        observation: PyTorchObs,
+        deterministic: bool = False,
+        action_masks: MaybeMasks = None,
+    ) -> th.Tensor:
+        """
+        Get the action according to the policy for a given observation.
+
+        :param observation: Observation
+        :param deterministic: Whether to use stochastic or deterministic actions
+        :param action_masks: Action masks to apply to the action distribution
+        :return: Taken action according to the policy
+        """
+        return self.get_distribution(observation, action_masks).get_actions(deterministic=deterministic)
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """
+        Get the policy action from an observation (and optional hidden state).
+
+        :param observation: the input observation (single or batched, Gym or VecEnv style)
+        :param state: The last states (unused, no recurrence; returned as is)
+        :param episode_start: The last episode starts (unused, no recurrence)
+        :param deterministic: Whether or not to return deterministic actions
+        :param action_masks: Action masks to apply to the action distribution
+        :return: the model's action and the next state (unchanged)
+        """
+        self.set_training_mode(False)
+
+        if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
+            raise ValueError(
+                "You have passed a tuple to the predict() function instead of a Numpy array or a Dict. "
+                "You are probably mixing Gym API with SB3 VecEnv API: `obs, info = env.reset()` (Gym) "
+                "vs `obs = vec_env.reset()` (SB3 VecEnv)."
+            )
+
+        obs_tensor, vectorized_env = self.obs_to_tensor(observation)
+
+        with th.no_grad():
+            actions = self._predict(obs_tensor, deterministic=deterministic, action_masks=action_masks)
+            actions = actions.cpu().numpy().reshape((-1, *self.action_space.shape))  # type: ignore[assignment, misc, arg-type]
+
+        if isinstance(self.action_space, spaces.Box):
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)  # type: ignore[assignment, arg-type]
+
+        if not vectorized_env:
+            assert isinstance(actions, np.ndarray)
+            actions = actions.squeeze(axis=0)
+
+        return actions, state  # type: ignore[return-value]
+
+
+class GRPOCnnPolicy(GRPOPolicy):
+    """
+    Actor-only CNN policy (NatureCNN features extractor by default).
+
+    :param observation_space: Observation space
+    :param action_space: Action space
+    :param lr_schedule: Learning rate schedule (could be constant)
+    :param net_arch: Hidden layer sizes of the actor MLP after the CNN (default ``[]``)
+    :param activation_fn: Activation function
+    :param ortho_init: Whether to use orthogonal initialization
+    :param log_std_init: Initial value of the log standard deviation (Box only)
+    :param features_extractor_class: Features extractor to use
+    :param features_extractor_kwargs: Keyword arguments to pass to the features extractor
+    :param normalize_images: Whether to normalize images or not, dividing by 255.0
+    :param optimizer_class: The optimizer to use
+    :param optimizer_kwargs: Additional keyword arguments, excluding the learning rate, to pass to the optimizer
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        ortho_init: bool = True,
+        log_std_init: float = 0.0,
+        features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            net_arch,
+            activation_fn,
+            ortho_init,
+            log_std_init,
+            features_extractor_class,
+            features_extractor_kwargs,
+            normalize_images,
+            optimizer_class,
+            optimizer_kwargs,
+        )
+
+
+class MultiInputGRPOPolicy(GRPOPolicy):
+    """
+    Actor-only policy for ``Dict`` observation spaces (CombinedExtractor by default).
+
+    :param observation_space: Observation space (Dict)
+    :param action_space: Action space
+    :param lr_schedule: Learning rate schedule (could be constant)
+    :param net_arch: Hidden layer sizes of the actor MLP (default ``[64, 64]``)
+    :param activation_fn: Activation function
+    :param ortho_init: Whether to use orthogonal initialization
+    :param log_std_init: Initial value of the log standard deviation (Box only)
+    :param features_extractor_class: Features extractor to use
+    :param features_extractor_kwargs: Keyword arguments to pass to the features extractor
+    :param normalize_images: Whether to normalize images or not, dividing by 255.0
+    :param optimizer_class: The optimizer to use
+    :param optimizer_kwargs: Additional keyword arguments, excluding the learning rate, to pass to the optimizer
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        ortho_init: bool = True,
+        log_std_init: float = 0.0,
+        features_extractor_class: type[BaseFeaturesExtractor] = CombinedExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            net_arch,
+            activation_fn,
+            ortho_init,
+            log_std_init,
+            features_extractor_class,
+            features_extractor_kwargs,
+            normalize_images,
+            optimizer_class,
+            optimizer_kwargs,
+        )
+
+
+MlpPolicy = GRPOPolicy
+CnnPolicy = GRPOCnnPolicy
+MultiInputPolicy = MultiInputGRPOPolicy

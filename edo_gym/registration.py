@@ -1,0 +1,28 @@
+"""Registered environment ids. ``register_edo_envs()`` runs at ``import edo_gym`` and is idempotent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+ENTRY_POINT = "edo_gym.envs.edo_env:EDOEnv"
+
+#: id -> keyword arguments for ``EDOEnv`` (see ``EDOConfig.from_kwargs``).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "EDO-v0": {},
+    "EDO-Easy-v0": {"tasks": {"min_hops": 1, "max_hops": 2}, "planner": {"error_rate": 0.05}},
+    "EDO-Hard-v0": {"tasks": {"min_hops": 3, "max_hops": 6}, "planner": {"error_rate": 0.35}},
+    "EDO-LongHorizon-v0": {"tasks": {"families": ("multihop", "analytics"), "min_hops": 8, "max_hops": 12}},
+    "EDO-Support-v0": {"tasks": {"families": ("support",)}},
+    "EDO-MultiHop-v0": {"tasks": {"families": ("multihop",)}},
+    "EDO-Analytics-v0": {"tasks": {"families": ("analytics",)}},
+}
+
+
+def register_edo_envs() -> None:
+    """Register every id in ``VARIANTS`` that is not registered yet."""
+    for env_id, kwargs in VARIANTS.items():
+        if env_id in gym.registry:
+            continue
+        gym.register(id=env_id, entry_point=ENTRY_POINT, kwargs=kwargs, disable_env_checker=False)

@@ -1,0 +1,150 @@
+"""On-disk cache of embedding matrices, keyed by model and text content.
+
+A cache file is a ``.npz`` holding the vectors and a JSON header (model id, hash of the texts, shape and a
+SHA-256 of the vector bytes). Loading checks every field: a truncated, corrupted, or foreign file (another
+model, another corpus version) is never used; it is rebuilt with a warning. Writes go to a temporary file in
+the same directory, are flushed to disk, then atomically renamed, under a file lock, so several processes
+building the same cache at once leave one valid file. When the directory cannot be written, vectors are kept
+in memory only, with a warning.
+
+Location: ``$EDO_GYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/edo_gym``, else ``~/.cache/edo_gym``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+CACHE_ENV_VAR = "EDO_GYM_CACHE_DIR"
+FORMAT_VERSION = 1
+
+
+class CacheWarning(UserWarning):
+    """The embedding cache was unusable (rebuilt) or could not be written (kept in memory)."""
+
+
+def default_cache_dir() -> Path:
+    """``$EDO_GYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/edo_gym``, else ``~/.cache/edo_gym``."""
+    if os.environ.get(CACHE_ENV_VAR):
+        return Path(os.environ[CACHE_ENV_VAR]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "edo_gym"
+
+
+def texts_hash(texts: list[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:80]
+
+
+class EmbeddingCache:
+    """Load-or-build embedding matrices in ``directory`` (see module docstring)."""
+
+    def __init__(self, directory: str | Path | None = None) -> None:
+        self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
+
+    def path_for(self, kind: str, model_id: str, content_hash: str) -> Path:
+        model_key = hashlib.sha256(model_id.encode()).hexdigest()[:12]
+        return self.directory / f"{_safe(kind)}-{model_key}-{content_hash[:16]}.npz"
+
+    def load_or_build(self, kind: str, model_id: str, texts: list[str], build: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        """The embeddings of ``texts`` under ``model_id``: from disk when a valid file exists, else built and stored.
+
+        :param kind: a short label for the file name (``corpus``, ``queries``, ``tasks``).
+        :param build: computes the embeddings of a list of texts (shape ``(n, dim)``, float32).
+        """
+        content_hash = texts_hash(texts)
+        path = self.path_for(kind, model_id, content_hash)
+        vectors = self._load(path, model_id, content_hash, len(texts))
+        if vectors is not None:
+            return vectors
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            lock = self._lock(path)
+        except OSError as exc:
+            warnings.warn(f"embedding cache directory {self.directory} is not writable ({exc}); keeping {kind} embeddings in memory", CacheWarning, stacklevel=2)
+            return self._check_built(build(texts), len(texts))
+        with lock:
+            vectors = self._load(path, model_id, content_hash, len(texts), quiet=True)  # another process may have built it
+            if vectors is not None:
+                return vectors
+            vectors = self._check_built(build(texts), len(texts))
+            self._store(path, vectors, model_id, content_hash)
+        return vectors
+
+    @staticmethod
+    def _check_built(vectors: np.ndarray, n: int) -> np.ndarray:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != n:
+            raise ValueError(f"embedding build returned shape {vectors.shape}, expected ({n}, dim)")
+        return vectors
+
+    def _lock(self, path: Path):
+        from filelock import FileLock
+
+        return FileLock(str(path) + ".lock", timeout=600)
+
+    def _load(self, path: Path, model_id: str, content_hash: str, n: int, quiet: bool = False) -> np.ndarray | None:
+        if not path.exists():
+            return None
+        reason = None
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                header = json.loads(bytes(data["header"]).decode())
+                vectors = np.ascontiguousarray(data["vectors"], dtype=np.float32)
+            if header.get("format") != FORMAT_VERSION:
+                reason = f"format {header.get('format')} != {FORMAT_VERSION}"
+            elif header.get("model_id") != model_id:
+                reason = f"written by model {header.get('model_id')!r}, expected {model_id!r}"
+            elif header.get("content_hash") != content_hash:
+                reason = "written for different texts (corpus version changed)"
+            elif vectors.shape[0] != n or list(vectors.shape) != header.get("shape"):
+                reason = f"shape {vectors.shape} does not match header {header.get('shape')} / {n} texts"
+            elif hashlib.sha256(vectors.tobytes()).hexdigest() != header.get("sha256"):
+                reason = "checksum mismatch (corrupted vectors)"
+            elif not np.isfinite(vectors).all():
+                reason = "non-finite values"
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            reason = f"unreadable ({type(exc).__name__}: {exc})"
+        if reason is None:
+            return vectors
+        if not quiet:
+            warnings.warn(f"ignoring embedding cache {path}: {reason}; rebuilding it", CacheWarning, stacklevel=3)
+        return None
+
+    def _store(self, path: Path, vectors: np.ndarray, model_id: str, content_hash: str) -> None:
+        header = {
+            "format": FORMAT_VERSION,
+            "model_id": model_id,
+            "content_hash": content_hash,
+            "shape": list(vectors.shape),
+            "sha256": hashlib.sha256(vectors.tobytes()).hexdigest(),
+        }
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    np.savez(fh, vectors=vectors, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        except OSError as exc:
+            warnings.warn(f"could not write embedding cache {path} ({exc}); keeping vectors in memory", CacheWarning, stacklevel=3)

@@ -1,0 +1,238 @@
+"""Per-worker mini-RAG: chromadb collections over the world's document shards, with bounded memoisation.
+
+:class:`RetrievalService` owns, per process, the embedder, the chromadb client and one collection per
+distinct worker shard (``mode="shared"``, the default), or one embedder instance and one collection per
+worker (``mode="per_worker"``, to measure what sharing saves). Corpus, canonical-query and task embeddings
+come from the on-disk :class:`~edo_gym.retrieval.cache.EmbeddingCache`, so a warm process never re-embeds the
+corpus; query embeddings and search results are memoised in bounded LRU caches, so every *first* retrieval is
+a real embedding search and repeats are dictionary look-ups.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import uuid
+import warnings
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from edo_gym.config import RetrievalConfig
+from edo_gym.retrieval.cache import EmbeddingCache
+from edo_gym.retrieval.embedder import Embedder
+from edo_gym.world.generator import World
+
+
+class LRUCache:
+    """A bounded mapping that evicts the least recently used entry; counts hits and misses."""
+
+    def __init__(self, maxsize: int) -> None:
+        if maxsize < 1:
+            raise ValueError(f"LRUCache maxsize must be >= 1, got {maxsize}")
+        self.maxsize = maxsize
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> Any | None:
+        value = self._data.get(key)
+        if value is None:
+            self.misses += 1
+            return None
+        self._data.move_to_end(key)
+        self.hits += 1
+        return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        if len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+
+class QueryEncoder:
+    """Query text -> unit vector: precomputed canonical queries first, then a bounded memo, then the model."""
+
+    def __init__(self, embedder: Embedder, canonical: dict[str, int], canonical_vectors: np.ndarray, cache_size: int) -> None:
+        self.embedder = embedder
+        self.canonical = canonical
+        self.canonical_vectors = canonical_vectors
+        self.memo = LRUCache(cache_size)
+        self.model_calls = 0
+
+    def encode(self, text: str) -> np.ndarray:
+        row = self.canonical.get(text)
+        if row is not None:
+            return self.canonical_vectors[row]
+        vec = self.memo.get(text)
+        if vec is None:
+            vec = self.embedder.encode([text])[0]
+            self.model_calls += 1
+            self.memo.put(text, vec)
+        return vec
+
+
+class ShardRetriever:
+    """Top-k search over one chromadb collection (a worker's knowledge shard), memoised per (query, k)."""
+
+    def __init__(self, collection: Any, encoder: QueryEncoder, domains: tuple[str, ...], cache_size: int) -> None:
+        self.collection = collection
+        self.encoder = encoder
+        self.domains = domains
+        self.size = collection.count() if collection is not None else 0
+        self.memo = LRUCache(cache_size)
+        self.searches = 0
+
+    def search(self, query: str, k: int) -> tuple[int, ...]:
+        """Corpus indices of the ``k`` nearest documents of this shard (fewer if the shard is smaller)."""
+        if self.size == 0:
+            return ()
+        key = (query, k)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        vector = self.encoder.encode(query)
+        result = self.collection.query(query_embeddings=vector[None, :], n_results=min(k, self.size), include=[])
+        ids = tuple(int(i) for i in result["ids"][0])
+        self.searches += 1
+        self.memo.put(key, ids)
+        return ids
+
+
+def _chroma_client(chroma_dir: str | None) -> Any:
+    import chromadb
+
+    settings = chromadb.Settings(anonymized_telemetry=False, allow_reset=False)
+    if chroma_dir is None:
+        return chromadb.EphemeralClient(settings=settings)
+    return chromadb.PersistentClient(path=chroma_dir, settings=settings)
+
+
+_HNSW = {"hnsw": {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}}
+
+
+def build_collection(client: Any, name: str, vectors: np.ndarray, indices: Sequence[int], persistent: bool) -> Any:
+    """Get or (re)build collection ``name`` holding ``vectors[indices]`` with ids ``str(index)``.
+
+    A collection is marked complete in its metadata only after every vector was added, so a build killed
+    half-way (in a persistent directory) is detected at the next start and redone.
+    """
+    expected = len(indices)
+    if persistent:
+        try:
+            existing = client.get_collection(name)
+            meta = existing.metadata or {}
+            if meta.get("edo_complete") and meta.get("edo_count") == expected and existing.count() == expected:
+                return existing
+            warnings.warn(f"chromadb collection {name} is incomplete (interrupted build?); rebuilding it", stacklevel=2)
+            client.delete_collection(name)
+        except Exception as exc:  # chromadb raises NotFoundError / ValueError depending on version
+            if "does not exist" not in str(exc) and "not found" not in str(exc).lower():
+                raise
+    collection = client.create_collection(
+        name, embedding_function=None, configuration=_HNSW, metadata={"edo_complete": False, "edo_count": expected}
+    )
+    batch = max(1, min(5000, client.get_max_batch_size()))
+    idx = list(indices)
+    for start in range(0, len(idx), batch):
+        part = idx[start : start + batch]
+        collection.add(ids=[str(i) for i in part], embeddings=vectors[part])
+    collection.modify(metadata={"edo_complete": True, "edo_count": expected})
+    return collection
+
+
+class RetrievalService:
+    """Embedder, caches and chromadb collections for one world, shared by every env of a process (shared mode)."""
+
+    _registry: dict[tuple, RetrievalService] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> None:
+        self.world = world
+        self.config = config
+        self.pid = os.getpid()
+        self.cache = EmbeddingCache(config.cache_dir)
+        n_embedders = len(shards) if config.mode == "per_worker" else 1
+        self.embedders = [Embedder(config.model) for _ in range(n_embedders)]
+        embedder = self.embedders[0]
+        self.model_id = embedder.model_id
+        docs = [d.text for d in world.documents]
+        self.doc_vectors = self.cache.load_or_build("corpus", self.model_id, docs, embedder.encode)
+        self.doc_tokens = np.asarray(embedder.count_tokens(docs), dtype=np.int32)
+        queries = world.canonical_queries()
+        query_vectors = self.cache.load_or_build("queries", self.model_id, queries, embedder.encode)
+        canonical = {q: i for i, q in enumerate(queries)}
+        self.encoders = [QueryEncoder(e, canonical, query_vectors, config.query_cache_size) for e in self.embedders]
+        self.client = _chroma_client(config.chroma_dir)
+        model_key = hashlib.sha256(self.model_id.encode()).hexdigest()[:8]
+        by_domain = world.documents_by_domain()
+        self.retrievers: list[ShardRetriever] = []
+        built: dict[tuple[str, ...], ShardRetriever] = {}
+        for w, shard in enumerate(shards):
+            key = tuple(sorted(shard))
+            if config.mode == "shared" and key in built:
+                self.retrievers.append(built[key])
+                continue
+            indices = sorted(i for dom in key for i in by_domain[dom])
+            shard_key = hashlib.sha256(",".join(key).encode()).hexdigest()[:8]
+            name = f"edo-{world.corpus_hash}-{model_key}-{shard_key}"
+            if config.mode == "per_worker":
+                name += f"-w{w}-{uuid.uuid4().hex[:8]}" if config.chroma_dir is None else f"-w{w}"
+            elif config.chroma_dir is None:
+                name += f"-{uuid.uuid4().hex[:8]}"  # in-memory clients of one process share a backend
+            collection = build_collection(self.client, name, self.doc_vectors, indices, config.chroma_dir is not None) if indices else None
+            encoder = self.encoders[w if config.mode == "per_worker" else 0]
+            retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
+            built[key] = retriever
+            self.retrievers.append(retriever)
+        self.token_memo = LRUCache(config.query_cache_size)
+        self._task_vectors: dict[str, np.ndarray] = {}
+
+    @classmethod
+    def get(cls, world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> RetrievalService:
+        """The process-wide service for this world and config (a new one per call in ``per_worker`` mode)."""
+        if config.mode == "per_worker":
+            return cls(world, config, shards)
+        key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
+               config.result_cache_size, tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
+        with cls._lock:
+            service = cls._registry.get(key)
+            if service is None or service.pid != os.getpid():  # never reuse a service inherited through fork
+                service = cls(world, config, shards)
+                cls._registry[key] = service
+            return service
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` under the embedder's tokenizer (memoised)."""
+        n = self.token_memo.get(text)
+        if n is None:
+            n = self.embedders[0].count_tokens([text])[0]
+            self.token_memo.put(text, n)
+        return n
+
+    def embed_texts(self, kind: str, texts: list[str]) -> np.ndarray:
+        """Embeddings of a fixed list of texts (e.g. the task pool), through the disk cache."""
+        key = f"{kind}:{hashlib.sha256(chr(0).join(texts).encode()).hexdigest()}"
+        vectors = self._task_vectors.get(key)
+        if vectors is None:
+            vectors = self.cache.load_or_build(kind, self.model_id, texts, self.embedders[0].encode)
+            self._task_vectors[key] = vectors
+        return vectors
+
+    def cache_sizes(self) -> dict[str, int]:
+        """Entries held by the memoisation caches (for the long-run memory benchmark)."""
+        return {
+            "query_embeddings": sum(len(e.memo) for e in self.encoders),
+            "search_results": sum(len(r.memo) for r in {id(r): r for r in self.retrievers}.values()),
+            "token_counts": len(self.token_memo),
+        }

@@ -1,0 +1,271 @@
+"""The seeded synthetic world: entities, relations and facts, rendered into a document corpus.
+
+One world serves every task family. Each fact is written as a document from one of several templates, and
+each fact gets near-duplicate *distractors*: the same kind of sentence about an entity with an almost
+identical name (``ORD-RISFEN-37`` vs ``ORD-RISFAN-37``, ``Mara Quell`` vs ``Mara Quill``) and a different value, so
+that dense retrieval is genuinely imperfect.
+
+Everything is a pure function of :class:`~edo_gym.config.WorldConfig`: same config, same corpus, same hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from edo_gym.config import DOMAINS, WorldConfig
+
+MONTHS: tuple[str, ...] = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+                           "October", "November", "December")  # fmt: skip
+
+_FIRST = ("Mara", "Tobin", "Elsa", "Idris", "Nadia", "Oren", "Priya", "Casimir", "Lena", "Hugo", "Ines", "Rafael",
+          "Sunniva", "Teodor", "Yara", "Bram", "Cleo", "Dario", "Freya", "Gideon", "Hana", "Jonas", "Kiri", "Lucan",
+          "Mirela", "Niko", "Odile", "Pavel", "Quinn", "Rosa", "Silas", "Talia", "Ulric", "Vera", "Wren", "Ximena")  # fmt: skip
+_LAST = ("Quell", "Varga", "Okafor", "Lindqvist", "Moreau", "Tanaka", "Brandt", "Castell", "Duval", "Eriksen",
+         "Farrow", "Galvez", "Holm", "Ivers", "Jansen", "Kovac", "Larsen", "Mendez", "Novak", "Ortega", "Petrov",
+         "Rask", "Sato", "Thorne", "Ullman", "Voss", "Weller", "Yilmaz", "Zoric", "Abbott", "Bishop", "Carver")  # fmt: skip
+_SYLL = ("var", "bel", "mor", "tan", "quil", "dor", "ash", "ven", "lor", "cai", "ris", "mon", "zel", "ther", "ka",
+         "no", "el", "sta", "gra", "fen", "ost", "pira", "lum", "sor")  # fmt: skip
+_COMPANY_SUFFIX = ("Systems", "Labs", "Holdings", "Works", "Dynamics", "Foods", "Logistics", "Media")
+_COUNTRIES = ("Norland", "Estavia", "Maribo", "Quentria", "Solvany", "Ardel", "Tirrane", "Valcor")
+_CARRIERS = ("Swiftline", "Parcelo", "Boxtrail", "Northway Post", "Kestrel Freight", "Orbit Express", "Lumen Cargo",
+             "Tidewater Mail", "Redwing Parcel", "Summit Couriers")  # fmt: skip
+_STORES = ("Alder", "Birch", "Cedar", "Dogwood", "Elm", "Fir", "Ginkgo", "Hazel", "Ivy", "Juniper", "Kapok", "Larch",
+           "Maple", "Nutmeg", "Oak", "Pine", "Quince", "Rowan", "Spruce", "Tamarind", "Umbrella", "Viburnum", "Willow",
+           "Yew")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A relation: subject kind -> value kind, stored in one document domain."""
+
+    name: str
+    subject_kind: str
+    value_kind: str
+    domain: str
+    question: str  # query template; {x} is the subject
+    templates: tuple[str, ...]  # document templates; {s} subject, {v} value
+
+
+RELATIONS: dict[str, Relation] = {
+    r.name: r
+    for r in (
+        Relation("mentor", "person", "person", "people", "Who is the mentor of {x}?",
+                 ("{s} was mentored by {v} early in their career.", "{v} has been the mentor of {s} for years.",
+                  "Records list {v} as the mentor of {s}.")),
+        Relation("employer", "person", "company", "people", "Which company does {x} work for?",
+                 ("{s} works for {v}.", "{s} is employed at {v} as a senior specialist.",
+                  "According to the staff directory, {s} is on the payroll of {v}.")),
+        Relation("birth_city", "person", "city", "people", "In which city was {x} born?",
+                 ("{s} was born in {v}.", "Born in {v}, {s} grew up near the old harbour.",
+                  "The birthplace of {s} is the city of {v}.")),
+        Relation("founder", "company", "person", "companies", "Who founded {x}?",
+                 ("{s} was founded by {v}.", "{v} started {s} in a small rented office.",
+                  "The founder of {s} is {v}.")),
+        Relation("headquarters", "company", "city", "companies", "Where is {x} headquartered?",
+                 ("{s} is headquartered in {v}.", "The head office of {s} is located in {v}.",
+                  "{s} runs its operations from headquarters in {v}.")),
+        Relation("founded_year", "company", "year", "companies", "In what year was {x} founded?",
+                 ("{s} was founded in {v}.", "Since {v}, {s} has grown steadily.",
+                  "The company {s} dates back to the year {v}.")),
+        Relation("mayor", "city", "person", "places", "Who is the mayor of {x}?",
+                 ("The mayor of {s} is {v}.", "{v} was elected mayor of {s} last spring.",
+                  "{s} is governed by mayor {v}.")),
+        Relation("country", "city", "country", "places", "In which country is {x}?",
+                 ("{s} is a city in {v}.", "{s} lies in the north of {v}.", "The city of {s} belongs to {v}.")),
+        Relation("shipment", "order", "shipment", "orders", "What is the tracking number of order {x}?",
+                 ("Order {s} was dispatched under tracking number {v}.", "Order {s} shipped; its tracking number is {v}.",
+                  "Order {s}: shipment created, tracking {v}.")),
+        Relation("carrier", "shipment", "carrier", "shipping", "Which carrier handles shipment {x}?",
+                 ("Shipment {s} is handled by {v}.", "Shipment {s} was picked up by {v} at the warehouse.",
+                  "Shipment {s}: carrier {v}.")),
+        Relation("refund_window", "carrier", "duration", "policies", "What is the refund window for deliveries by {x}?",
+                 ("Late deliveries by {s} can be refunded within {v}.",
+                  "Policy: for parcels shipped with {s}, customers may claim a refund within {v}.",
+                  "The refund window for {s} deliveries is {v}.")),
+    )
+}  # fmt: skip
+for _m in MONTHS:
+    RELATIONS[f"revenue_{_m.lower()}"] = Relation(
+        f"revenue_{_m.lower()}",
+        "store",
+        "amount",
+        "sales",
+        f"What was the revenue of the {{x}} store in {_m}?",
+        (
+            f"The {{s}} store reported revenue of {{v}} thousand in {_m}.",
+            f"In {_m}, revenue at the {{s}} store came to {{v}} thousand.",
+            f"Sales ledger, {_m}: {{s}} store, {{v}} thousand in revenue.",
+        ),
+    )
+
+#: Relations whose value is another entity, usable as an inner hop of a multi-hop chain.
+CHAIN_RELATIONS: dict[str, tuple[str, ...]] = {
+    "person": ("mentor", "employer", "birth_city"),
+    "company": ("founder", "headquarters"),
+    "city": ("mayor",),
+}
+#: Relations allowed as the last hop of a multi-hop chain.
+FINAL_RELATIONS: dict[str, tuple[str, ...]] = {
+    "person": ("mentor", "employer", "birth_city"),
+    "company": ("founder", "headquarters", "founded_year"),
+    "city": ("mayor", "country"),
+}
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document of the corpus. ``is_distractor`` documents are about a near-duplicate, non-existent entity."""
+
+    doc_id: str
+    text: str
+    domain: str
+    subject: str
+    relation: str
+    value: str
+    is_distractor: bool
+
+
+class World:
+    """Entities, facts and the document corpus of one seeded world."""
+
+    def __init__(self, config: WorldConfig) -> None:
+        self.config = config
+        rng = np.random.default_rng(config.seed)
+        self.entities: dict[str, list[str]] = {}
+        self.facts: dict[tuple[str, str], str] = {}
+        self._make_entities(rng)
+        self._make_facts(rng)
+        self.documents: list[Document] = self._make_documents(rng)
+        #: normalised entity name -> canonical name, for parsing answers.
+        self.entity_index: dict[str, str] = {name.lower(): name for names in self.entities.values() for name in names}
+        self.kind_of: dict[str, str] = {name: kind for kind, names in self.entities.items() for name in names}
+        self.corpus_hash = hashlib.sha256(
+            "\n".join(f"{d.doc_id}\t{d.domain}\t{d.text}" for d in self.documents).encode()
+        ).hexdigest()[:16]
+
+    # -- entities ---------------------------------------------------------------------------------------------
+    def _unique(self, rng: np.random.Generator, count: int, make) -> list[str]:
+        out: list[str] = []
+        seen: set[str] = set()
+        while len(out) < count:
+            name = make(rng)
+            if name.lower() not in seen:
+                seen.add(name.lower())
+                out.append(name)
+        return out
+
+    def _make_entities(self, rng: np.random.Generator) -> None:
+        c = self.config
+
+        def syllables(r: np.random.Generator, n: int) -> str:
+            return "".join(r.choice(_SYLL) for _ in range(n)).capitalize()
+
+        max_people = len(_FIRST) * len(_LAST)
+        if c.n_people > max_people:
+            raise ValueError(f"WorldConfig.n_people must be <= {max_people} (distinct names available), got {c.n_people}")
+        self.entities["person"] = self._unique(rng, c.n_people, lambda r: f"{r.choice(_FIRST)} {r.choice(_LAST)}")
+        self.entities["company"] = self._unique(
+            rng, c.n_companies, lambda r: f"{syllables(r, 2)} {r.choice(_COMPANY_SUFFIX)}"
+        )
+        self.entities["city"] = self._unique(rng, c.n_cities, lambda r: syllables(r, int(r.integers(2, 4))))
+        # IDs mix a pronounceable code with digits: dense retrievers are notoriously weak on pure digit strings.
+        self.entities["order"] = self._unique(rng, c.n_orders, lambda r: f"ORD-{syllables(r, 2).upper()}-{int(r.integers(10, 99))}")
+        self.entities["shipment"] = self._unique(
+            rng, c.n_orders, lambda r: f"TRK-{syllables(r, 2).upper()}-{int(r.integers(100, 999))}"
+        )
+        if c.n_carriers > len(_CARRIERS):
+            raise ValueError(f"WorldConfig.n_carriers must be <= {len(_CARRIERS)}, got {c.n_carriers}")
+        self.entities["carrier"] = list(_CARRIERS[: c.n_carriers])
+        if c.n_stores > len(_STORES):
+            raise ValueError(f"WorldConfig.n_stores must be <= {len(_STORES)}, got {c.n_stores}")
+        self.entities["store"] = list(_STORES[: c.n_stores])
+        self.entities["country"] = list(_COUNTRIES)
+        self.months = MONTHS[: c.n_months]
+
+    def _value_for(self, rng: np.random.Generator, kind: str, exclude: str | None = None) -> str:
+        if kind == "year":
+            return str(int(rng.integers(1890, 2021)))
+        if kind == "duration":
+            return f"{int(rng.choice([7, 10, 14, 21, 30, 45, 60, 90]))} days"
+        if kind == "amount":
+            return str(int(rng.integers(100, 999)))
+        pool = self.entities[kind]
+        while True:
+            value = pool[int(rng.integers(len(pool)))]
+            if value != exclude or len(pool) == 1:
+                return value
+
+    def _make_facts(self, rng: np.random.Generator) -> None:
+        for rel in RELATIONS.values():
+            if rel.subject_kind == "store" and rel.name.removeprefix("revenue_").capitalize() not in self.months:
+                continue
+            subjects = self.entities[rel.subject_kind]
+            if rel.name == "shipment":
+                # one shipment per order, a bijection
+                for order, shipment in zip(subjects, self.entities["shipment"]):
+                    self.facts[(order, rel.name)] = shipment
+                continue
+            for subject in subjects:
+                self.facts[(subject, rel.name)] = self._value_for(rng, rel.value_kind, exclude=subject)
+
+    # -- documents --------------------------------------------------------------------------------------------
+    @staticmethod
+    def near_duplicate(name: str, rng: np.random.Generator) -> str:
+        """A name that differs from ``name`` by one small edit: a changed vowel, else two swapped digits."""
+        chars = list(name)
+        vowels = [i for i, ch in enumerate(chars) if ch.lower() in "aeiou" and i > 0]
+        if vowels:
+            k = int(rng.choice(vowels))
+            new = str(rng.choice([v for v in "aeiouy" if v != chars[k].lower()]))
+            chars[k] = new.upper() if chars[k].isupper() else new
+            return "".join(chars)
+        digits = [i for i, ch in enumerate(chars) if ch.isdigit()]
+        if len(digits) >= 2:
+            i, j = digits[-2], digits[-1]
+            chars[i], chars[j] = chars[j], chars[i]
+            if chars[i] != chars[j]:
+                return "".join(chars)
+        return name + "e"
+
+    def _make_documents(self, rng: np.random.Generator) -> list[Document]:
+        docs: list[Document] = []
+        all_names = {n.lower() for names in self.entities.values() for n in names}
+        for (subject, rel_name), value in self.facts.items():
+            rel = RELATIONS[rel_name]
+            template = rel.templates[int(rng.integers(len(rel.templates)))]
+            docs.append(
+                Document(f"d{len(docs)}", template.format(s=subject, v=value), rel.domain, subject, rel_name, value, False)
+            )
+            for _ in range(self.config.distractors_per_fact):
+                twin = self.near_duplicate(subject, rng)
+                if twin.lower() in all_names:  # never a real entity: a distractor must not contradict a fact
+                    continue
+                wrong = self._value_for(rng, rel.value_kind, exclude=value)
+                template = rel.templates[int(rng.integers(len(rel.templates)))]
+                docs.append(
+                    Document(f"d{len(docs)}", template.format(s=twin, v=wrong), rel.domain, twin, rel_name, wrong, True)
+                )
+        return docs
+
+    # -- queries ----------------------------------------------------------------------------------------------
+    def canonical_queries(self) -> list[str]:
+        """Every lookup query whose subject is a real entity: embedded once and cached on disk with the corpus."""
+        out = []
+        for subject, rel_name in self.facts:
+            out.append(RELATIONS[rel_name].question.format(x=subject))
+        return out
+
+    def documents_by_domain(self) -> dict[str, list[int]]:
+        by_domain: dict[str, list[int]] = {d: [] for d in DOMAINS}
+        for i, doc in enumerate(self.documents):
+            by_domain[doc.domain].append(i)
+        return by_domain
+
+    def parse_entity(self, text: str) -> str | None:
+        """The canonical entity named by an answer text after normalisation, or ``None``."""
+        from edo_gym.world.text import normalize
+
+        return self.entity_index.get(normalize(text))

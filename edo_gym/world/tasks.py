@@ -1,0 +1,180 @@
+"""Procedural task families over one world.
+
+A :class:`Task` has a text, a gold decomposition (ordered :class:`Subtask` list whose dependencies form a
+chain or a small DAG), a gold answer and a horizon (``hops``). Three families:
+
+- ``support``: order -> tracking number -> carrier -> refund policy, then a written reply;
+- ``multihop``: a chain of ``hops`` relation lookups over people, companies and cities;
+- ``analytics``: collect ``hops`` revenue records, then compute their sum or maximum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edo_gym.config import TaskConfig
+from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, World
+from edo_gym.world.text import normalize
+
+_PHRASES = {
+    "mentor": "the mentor of {x}",
+    "employer": "the employer of {x}",
+    "birth_city": "the birth city of {x}",
+    "founder": "the founder of {x}",
+    "headquarters": "the headquarters city of {x}",
+    "founded_year": "the founding year of {x}",
+    "mayor": "the mayor of {x}",
+    "country": "the country of {x}",
+    "shipment": "the tracking number of order {x}",
+    "carrier": "the carrier of shipment {x}",
+    "refund_window": "the refund window of {x}",
+}
+_SUPPORT_TEXTS = (
+    "Customer message: 'My order {x} arrived late. How long do I have to ask for a refund?' Write the reply.",
+    "Ticket: the parcel for order {x} is delayed and the customer wants to know the refund deadline. Draft a reply.",
+    "A customer writes about order {x}: 'Still waiting. Can I get my money back, and until when?' Answer them.",
+)
+_SUPPORT_TEXTS_SHIPMENT = ("Customer message: 'Shipment {x} is late. How long can I claim a refund?' Write the reply.",)
+_SUPPORT_TEXTS_CARRIER = ("Customer message: 'My parcel with {x} is late. What is the refund deadline?' Write the reply.",)
+REPLY_TEMPLATE = "You can request a refund within {v}."
+
+
+def phrase(relation: str, inner: str) -> str:
+    """English noun phrase for ``relation`` applied to ``inner`` (used in task texts and merged subtasks)."""
+    if relation.startswith("revenue_"):
+        return f"the {relation.removeprefix('revenue_').capitalize()} revenue of the {inner} store"
+    return _PHRASES[relation].format(x=inner)
+
+
+def apply_op(op: str, inputs: list[str]) -> str | None:
+    """Result text of a compute/write op on input answer texts, or ``None`` when an input cannot be parsed.
+
+    This is the one implementation used both to make gold answers and by the simulated workers.
+    """
+    if op == "refund_reply":
+        if len(inputs) != 1 or not normalize(inputs[0]).endswith(" days"):
+            return None
+        return REPLY_TEMPLATE.format(v=normalize(inputs[0]))
+    numbers = []
+    for text in inputs:
+        norm = normalize(text)
+        if not norm.isdigit():
+            return None
+        numbers.append(int(norm))
+    if not numbers:
+        return None
+    if op == "sum":
+        return str(sum(numbers))
+    if op == "max":
+        return str(max(numbers))
+    raise ValueError(f"unknown op {op!r}")
+
+
+@dataclass(frozen=True)
+class Subtask:
+    """One gold step. ``deps`` index earlier subtasks whose answers are this step's inputs."""
+
+    kind: str  # lookup | compute | write
+    domain: str
+    relation: str | None
+    op: str | None
+    deps: tuple[int, ...]
+    literal: str | None  # subject of a first-hop lookup, taken from the task text
+    answer: str
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: int
+    family: str
+    text: str
+    subtasks: tuple[Subtask, ...]
+    answer: str
+    hops: int
+
+
+class TaskPool:
+    """A seeded pool of ``config.n_tasks`` tasks with a fixed train/test split."""
+
+    def __init__(self, world: World, config: TaskConfig) -> None:
+        self.world = world
+        self.config = config
+        rng = np.random.default_rng(config.seed)
+        self.tasks: list[Task] = []
+        for i in range(config.n_tasks):
+            family = config.families[i % len(config.families)]
+            hops = int(rng.integers(config.min_hops, config.max_hops + 1))
+            make = {"support": self._support, "multihop": self._multihop, "analytics": self._analytics}[family]
+            self.tasks.append(make(i, hops, rng))
+        order = rng.permutation(config.n_tasks)
+        n_test = max(1, int(round(config.test_fraction * config.n_tasks)))
+        self.test_ids = np.sort(order[:n_test])
+        self.train_ids = np.sort(order[n_test:])
+        self.ids = {"train": self.train_ids, "test": self.test_ids, "all": np.arange(config.n_tasks)}[config.split]
+
+    def _lookup(self, relation: str, subject: str, deps: tuple[int, ...], literal: str | None) -> Subtask:
+        return Subtask("lookup", RELATIONS[relation].domain, relation, None, deps, literal, self.world.facts[(subject, relation)])
+
+    def _chain(self, relations: list[str], start: str) -> list[Subtask]:
+        out = []
+        subject = start
+        for h, rel in enumerate(relations):
+            out.append(self._lookup(rel, subject, (h - 1,) if h else (), None if h else start))
+            subject = out[-1].answer
+        return out
+
+    def _support(self, task_id: int, hops: int, rng: np.random.Generator) -> Task:
+        n = min(hops, 3)
+        relations = ["shipment", "carrier", "refund_window"][3 - n :]
+        order = self.world.entities["order"][int(rng.integers(len(self.world.entities["order"])))]
+        start = order
+        texts = _SUPPORT_TEXTS
+        if n == 2:
+            start = self.world.facts[(order, "shipment")]
+            texts = _SUPPORT_TEXTS_SHIPMENT
+        elif n == 1:
+            start = self.world.facts[(self.world.facts[(order, "shipment")], "carrier")]
+            texts = _SUPPORT_TEXTS_CARRIER
+        chain = self._chain(relations, start)
+        reply = apply_op("refund_reply", [chain[-1].answer])
+        assert reply is not None
+        chain.append(Subtask("write", "policies", None, "refund_reply", (len(chain) - 1,), None, reply))
+        text = texts[int(rng.integers(len(texts)))].format(x=start)
+        return Task(task_id, "support", text, tuple(chain), reply, n)
+
+    def _multihop(self, task_id: int, hops: int, rng: np.random.Generator) -> Task:
+        kind = str(rng.choice(["person", "company", "city"], p=[0.6, 0.2, 0.2]))
+        pool = self.world.entities[kind]
+        start = pool[int(rng.integers(len(pool)))]
+        relations = []
+        subject, subject_kind = start, kind
+        for h in range(hops):
+            options = FINAL_RELATIONS[subject_kind] if h == hops - 1 else CHAIN_RELATIONS[subject_kind]
+            rel = str(rng.choice(options))
+            relations.append(rel)
+            subject = self.world.facts[(subject, rel)]
+            subject_kind = RELATIONS[rel].value_kind
+        chain = self._chain(relations, start)
+        text_phrase = start
+        for rel in relations:
+            text_phrase = phrase(rel, text_phrase)
+        text = f"What is {text_phrase}?"
+        return Task(task_id, "multihop", text, tuple(chain), chain[-1].answer, hops)
+
+    def _analytics(self, task_id: int, hops: int, rng: np.random.Generator) -> Task:
+        stores = self.world.entities["store"]
+        k = min(hops, len(stores))
+        chosen = [stores[i] for i in rng.choice(len(stores), size=k, replace=False)]
+        month = self.world.months[int(rng.integers(len(self.world.months)))]
+        relation = f"revenue_{month.lower()}"
+        subtasks = [self._lookup(relation, s, (), s) for s in chosen]
+        op = str(rng.choice(["sum", "max"]))
+        answer = apply_op(op, [s.answer for s in subtasks])
+        assert answer is not None
+        subtasks.append(Subtask("compute", "sales", None, op, tuple(range(k)), None, answer))
+        names = ", ".join(chosen[:-1]) + (" and " if k > 1 else "") + chosen[-1]
+        what = "combined" if op == "sum" else "highest single-store"
+        text = f"What was the {what} revenue of the {names} store{'s' if k > 1 else ''} in {month}, in thousands?"
+        return Task(task_id, "analytics", text, tuple(subtasks), answer, k)
