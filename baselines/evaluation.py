@@ -103,7 +103,9 @@ def run_episodes(
     )
 
 
-def evaluate_heuristic(policy: HeuristicPolicy, env: gym.Env, task_ids: Sequence[int], seed: int = 0, progress: bool = False) -> EvalResult:
+def evaluate_heuristic(
+    policy: HeuristicPolicy, env: gym.Env, task_ids: Sequence[int], seed: int = 0, progress: bool = False
+) -> EvalResult:
     """Evaluate a :class:`~baselines.heuristics.HeuristicPolicy`."""
     return run_episodes(env, policy.act, task_ids, seed, policy.name, reset_hook=policy.reset, progress=progress)
 

@@ -108,7 +108,9 @@ class GreedyRouter(HeuristicPolicy):
 
     name = "greedy_router"
 
-    def __init__(self, router_tokens: int = 150, router_latency_s: float = 0.6, verify_below: float = 0.65, max_retries: int = 2) -> None:
+    def __init__(
+        self, router_tokens: int = 150, router_latency_s: float = 0.6, verify_below: float = 0.65, max_retries: int = 2
+    ) -> None:
         self.router_tokens = router_tokens
         self.router_latency_s = router_latency_s
         self.verify_below = verify_below

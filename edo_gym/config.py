@@ -407,7 +407,13 @@ class EDOConfig:
         base = config if config is not None else cls()
         if not isinstance(base, cls):
             raise TypeError(f"config must be an EDOConfig, got {type(base).__name__}")
-        sections = {"world": WorldConfig, "tasks": TaskConfig, "planner": PlannerConfig, "retrieval": RetrievalConfig, "reward": RewardConfig}
+        sections = {
+            "world": WorldConfig,
+            "tasks": TaskConfig,
+            "planner": PlannerConfig,
+            "retrieval": RetrievalConfig,
+            "reward": RewardConfig,
+        }
         top_names = {f.name for f in fields(cls)}
         top: dict[str, Any] = {}
         nested: dict[str, dict[str, Any]] = {name: {} for name in sections}

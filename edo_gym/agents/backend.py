@@ -125,14 +125,18 @@ class SimulatedBackend:
     def _lookup(self, request: GenerationRequest, rng: np.random.Generator) -> GenerationResult:
         w = request.worker
         if request.inputs and request.inputs[0] is None:
-            return self._abstain(rng) if rng.random() < 0.8 else GenerationResult(
-                self._plausible(request.relations[0], rng, None), self._confidence(rng, False)
+            return (
+                self._abstain(rng)
+                if rng.random() < 0.8
+                else GenerationResult(self._plausible(request.relations[0], rng, None), self._confidence(rng, False))
             )
         first = request.relations[0]
         subject = request.subject
         truth = self.world.facts.get((subject, first)) if subject is not None else None
         docs = [self.world.documents[i] for i in request.retrieved]
-        gold_hit = truth is not None and any(d.subject == subject and d.relation == first and not d.is_distractor for d in docs)
+        gold_hit = truth is not None and any(
+            d.subject == subject and d.relation == first and not d.is_distractor for d in docs
+        )
         if request.kind == "merged":
             # The second hop must come from the model itself: only strong readers with the first fact manage it.
             second = request.relations[1]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edo_gym.config import DOMAINS, PLANNER_ERRORS, SUBTASK_TYPES, PlannerConfig
-from edo_gym.world.generator import RELATIONS, World
+from edo_gym.world.generator import World
 from edo_gym.world.tasks import Task, apply_op
 
 
@@ -82,7 +82,9 @@ class Planner:
                 return self._drop(steps, int(rng.choice(candidates))), error
         elif error == "merge":
             candidates = [
-                j for j in range(n - 1) if steps[j].kind == "lookup" and steps[j + 1].kind == "lookup" and steps[j + 1].deps == (j,)
+                j
+                for j in range(n - 1)
+                if steps[j].kind == "lookup" and steps[j + 1].kind == "lookup" and steps[j + 1].deps == (j,)
             ]
             if candidates:
                 return self._merge(steps, int(rng.choice(candidates))), error
@@ -111,7 +113,10 @@ class Planner:
         new_index[j] = tuple(new_index[d][0] for d in dropped.deps)
         out = self._reindex(kept, new_index)
         if not dropped.deps:  # the dependents of a first hop now start from its literal
-            out = [replace(s, literal=dropped.literal) if s.kind == "lookup" and not s.deps and s.literal is None else s for s in out]
+            out = [
+                replace(s, literal=dropped.literal) if s.kind == "lookup" and not s.deps and s.literal is None else s
+                for s in out
+            ]
         return out
 
     def _merge(self, steps: list[PlanStep], j: int) -> list[PlanStep]:
@@ -159,7 +164,3 @@ class Planner:
             return out
 
         return [replace(s, expected=value(i)) for i, s in enumerate(steps)]
-
-
-def relation_domain(relation: str) -> str:
-    return RELATIONS[relation].domain

@@ -25,6 +25,11 @@ LATENCY_MODEL: dict[str, tuple[float, float, float]] = {
 }
 #: Extra completion tokens (reasoning, pleasantries) a model of each size writes beyond the answer.
 VERBOSITY: dict[str, int] = {"small": 8, "medium": 16, "large": 40}
+_OP_QUERIES = {
+    "sum": "How is the combined revenue of several stores computed?",
+    "max": "Which store had the highest revenue?",
+    "refund_reply": "How should a reply about a refund window be worded?",
+}
 _INSTRUCTIONS = "You are {name}, a worker in a team of assistants. Answer the question briefly. Use the context if given."
 
 
@@ -48,7 +53,9 @@ class CallRecord:
 class Worker:
     """One worker of the team (see module docstring)."""
 
-    def __init__(self, index: int, spec: WorkerSpec, retriever: ShardRetriever, service: RetrievalService, backend: GenerationBackend) -> None:
+    def __init__(
+        self, index: int, spec: WorkerSpec, retriever: ShardRetriever, service: RetrievalService, backend: GenerationBackend
+    ) -> None:
         self.index = index
         self.spec = spec
         self.retriever = retriever
@@ -80,7 +87,9 @@ class Worker:
             lookup_inputs = inputs
         retrieved: tuple[int, ...] = ()
         if retrieve:
-            retrieved = self.retriever.search(query, self.spec.top_k)
+            # A compute/write step retrieves guidance about its operation, not about its (numeric) inputs.
+            search_text = query if step.kind in ("lookup", "merged") else _OP_QUERIES.get(step.op or "", query)
+            retrieved = self.retriever.search(search_text, self.spec.top_k)
         docs = self.world.documents
         prompt = self._instructions + "\n" + query
         if retrieved:

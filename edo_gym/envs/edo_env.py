@@ -29,7 +29,7 @@ import numpy as np
 from edo_gym.agents.backend import GenerationBackend, SimulatedBackend
 from edo_gym.agents.planner import Plan, Planner
 from edo_gym.agents.worker import CallRecord, Worker
-from edo_gym.config import EDOConfig, PlannerConfig, TaskConfig, WorldConfig
+from edo_gym.config import EDOConfig, TaskConfig, WorldConfig
 from edo_gym.envs import observation as obs_lib
 from edo_gym.envs.render import render_trace
 from edo_gym.retrieval.store import RetrievalService
@@ -83,7 +83,9 @@ class EDOEnv(gym.Env):
         self.service = RetrievalService.get(self.world, cfg.retrieval, [w.shard for w in cfg.workers])
         self.backend: GenerationBackend = backend or SimulatedBackend(self.world, cfg.verify_recall, cfg.verify_false_alarm)
         self.planner = Planner(self.world, cfg.planner)
-        self.workers = [Worker(i, spec, self.service.retrievers[i], self.service, self.backend) for i, spec in enumerate(cfg.workers)]
+        self.workers = [
+            Worker(i, spec, self.service.retrievers[i], self.service, self.backend) for i, spec in enumerate(cfg.workers)
+        ]
         task_vectors = self.service.embed_texts("tasks", [t.text for t in self.pool.tasks])
         self._task_features = self._make_task_features(task_vectors)
 
@@ -129,7 +131,9 @@ class EDOEnv(gym.Env):
         return ("verify", "rollback", "replan", "submit")[action - self.n_dispatch], -1, False
 
     # -- Gymnasium API ------------------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         if options:
             if not isinstance(options, dict):
@@ -169,7 +173,12 @@ class EDOEnv(gym.Env):
         self._started = True
         self._ended = False
         obs = self._observation()
-        return obs, {"action_mask": obs["action_mask"].copy(), "task_id": self.task_id, "family": self.task.family, "hops": self.task.hops}
+        return obs, {
+            "action_mask": obs["action_mask"].copy(),
+            "task_id": self.task_id,
+            "family": self.task.family,
+            "hops": self.task.hops,
+        }
 
     def _set_plan(self, plan: Plan) -> None:
         self.plan = plan
@@ -236,7 +245,9 @@ class EDOEnv(gym.Env):
         legal = self._mask()[a] > 0
         if not legal:
             if cfg.illegal_action == "raise":
-                raise ValueError(f"illegal action {a} ({self.action_names[a]}) in this state; legal: {np.flatnonzero(self._mask()).tolist()}")
+                raise ValueError(
+                    f"illegal action {a} ({self.action_names[a]}) in this state; legal: {np.flatnonzero(self._mask()).tolist()}"
+                )
             self.illegal_actions += 1
             penalty = cfg.reward.illegal_action_penalty
             event = "illegal"
@@ -314,13 +325,17 @@ class EDOEnv(gym.Env):
     def _check_action(self, action: Any) -> int:
         if isinstance(action, np.ndarray):
             if action.size != 1:
-                raise ValueError(f"action must be a single integer in [0, {self.n_actions - 1}], got an array of shape {action.shape}")
+                raise ValueError(
+                    f"action must be a single integer in [0, {self.n_actions - 1}], got an array of shape {action.shape}"
+                )
             action = action.reshape(()).item()
         if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
             raise ValueError(f"action must be an integer in [0, {self.n_actions - 1}], got {type(action).__name__} {action!r}")
         a = int(action)
         if not 0 <= a < self.n_actions:
-            raise ValueError(f"action {a} is out of range: EDOEnv has {self.n_actions} actions, 0..{self.n_actions - 1} ({self.action_names})")
+            raise ValueError(
+                f"action {a} is out of range: EDOEnv has {self.n_actions} actions, 0..{self.n_actions - 1} ({self.action_names})"
+            )
         return a
 
     # -- transitions --------------------------------------------------------------------------------------------

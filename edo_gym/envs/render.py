@@ -52,7 +52,5 @@ def render_trace(env: EDOEnv) -> str:
             out.append(f"  token budget exhausted ({event[1]} tokens)")
         elif kind == "submit":
             out.append(f"  submit: {event[1]!r} (gold {event[2]!r}) -> score {event[3]:.2f}")
-    out.append(
-        f"  totals: {env.steps} steps, {env.tokens} tokens, {env.calls} calls, {env.latency_s:.2f} s simulated latency"
-    )
+    out.append(f"  totals: {env.steps} steps, {env.tokens} tokens, {env.calls} calls, {env.latency_s:.2f} s simulated latency")
     return "\n".join(out)

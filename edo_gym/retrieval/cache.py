@@ -62,7 +62,9 @@ class EmbeddingCache:
         model_key = hashlib.sha256(model_id.encode()).hexdigest()[:12]
         return self.directory / f"{_safe(kind)}-{model_key}-{content_hash[:16]}.npz"
 
-    def load_or_build(self, kind: str, model_id: str, texts: list[str], build: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+    def load_or_build(
+        self, kind: str, model_id: str, texts: list[str], build: Callable[[list[str]], np.ndarray]
+    ) -> np.ndarray:
         """The embeddings of ``texts`` under ``model_id``: from disk when a valid file exists, else built and stored.
 
         :param kind: a short label for the file name (``corpus``, ``queries``, ``tasks``).
@@ -77,7 +79,11 @@ class EmbeddingCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             lock = self._lock(path)
         except OSError as exc:
-            warnings.warn(f"embedding cache directory {self.directory} is not writable ({exc}); keeping {kind} embeddings in memory", CacheWarning, stacklevel=2)
+            warnings.warn(
+                f"embedding cache directory {self.directory} is not writable ({exc}); keeping {kind} embeddings in memory",
+                CacheWarning,
+                stacklevel=2,
+            )
             return self._check_built(build(texts), len(texts))
         with lock:
             vectors = self._load(path, model_id, content_hash, len(texts), quiet=True)  # another process may have built it
@@ -147,4 +153,6 @@ class EmbeddingCache:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
         except OSError as exc:
-            warnings.warn(f"could not write embedding cache {path} ({exc}); keeping vectors in memory", CacheWarning, stacklevel=3)
+            warnings.warn(
+                f"could not write embedding cache {path} ({exc}); keeping vectors in memory", CacheWarning, stacklevel=3
+            )

@@ -54,7 +54,9 @@ def resolve_model(model: str) -> tuple[str, str]:
 
 
 def _hf_cache_path(name: str) -> Path | None:
-    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+    hub = Path(
+        os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+    )
     candidates = [name] if "/" in name else [name, f"sentence-transformers/{name}"]
     for cand in candidates:
         snapshots = hub / f"models--{cand.replace('/', '--')}" / "snapshots"
@@ -93,7 +95,9 @@ class Embedder:
         try:
             self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
         except Exception as exc:  # the library raises many types; all mean "cannot load this model here"
-            raise EmbeddingModelNotFoundError(f"Could not load embedding model {model!r} from {path}: {exc}. {_INSTALL_HINT}") from exc
+            raise EmbeddingModelNotFoundError(
+                f"Could not load embedding model {model!r} from {path}: {exc}. {_INSTALL_HINT}"
+            ) from exc
         self.model.eval()
         self.dim = int(self.model.get_embedding_dimension())
         self.tokenizer = self.model.tokenizer

@@ -190,7 +190,11 @@ class RetrievalService:
                 name += f"-w{w}-{uuid.uuid4().hex[:8]}" if config.chroma_dir is None else f"-w{w}"
             elif config.chroma_dir is None:
                 name += f"-{uuid.uuid4().hex[:8]}"  # in-memory clients of one process share a backend
-            collection = build_collection(self.client, name, self.doc_vectors, indices, config.chroma_dir is not None) if indices else None
+            collection = (
+                build_collection(self.client, name, self.doc_vectors, indices, config.chroma_dir is not None)
+                if indices
+                else None
+            )
             encoder = self.encoders[w if config.mode == "per_worker" else 0]
             retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
             built[key] = retriever

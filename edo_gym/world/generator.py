@@ -167,12 +167,12 @@ class World:
         if c.n_people > max_people:
             raise ValueError(f"WorldConfig.n_people must be <= {max_people} (distinct names available), got {c.n_people}")
         self.entities["person"] = self._unique(rng, c.n_people, lambda r: f"{r.choice(_FIRST)} {r.choice(_LAST)}")
-        self.entities["company"] = self._unique(
-            rng, c.n_companies, lambda r: f"{syllables(r, 2)} {r.choice(_COMPANY_SUFFIX)}"
-        )
+        self.entities["company"] = self._unique(rng, c.n_companies, lambda r: f"{syllables(r, 2)} {r.choice(_COMPANY_SUFFIX)}")
         self.entities["city"] = self._unique(rng, c.n_cities, lambda r: syllables(r, int(r.integers(2, 4))))
         # IDs mix a pronounceable code with digits: dense retrievers are notoriously weak on pure digit strings.
-        self.entities["order"] = self._unique(rng, c.n_orders, lambda r: f"ORD-{syllables(r, 2).upper()}-{int(r.integers(10, 99))}")
+        self.entities["order"] = self._unique(
+            rng, c.n_orders, lambda r: f"ORD-{syllables(r, 2).upper()}-{int(r.integers(10, 99))}"
+        )
         self.entities["shipment"] = self._unique(
             rng, c.n_orders, lambda r: f"TRK-{syllables(r, 2).upper()}-{int(r.integers(100, 999))}"
         )
@@ -205,7 +205,7 @@ class World:
             subjects = self.entities[rel.subject_kind]
             if rel.name == "shipment":
                 # one shipment per order, a bijection
-                for order, shipment in zip(subjects, self.entities["shipment"]):
+                for order, shipment in zip(subjects, self.entities["shipment"], strict=True):
                     self.facts[(order, rel.name)] = shipment
                 continue
             for subject in subjects:

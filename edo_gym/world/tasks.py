@@ -115,7 +115,9 @@ class TaskPool:
         self.ids = {"train": self.train_ids, "test": self.test_ids, "all": np.arange(config.n_tasks)}[config.split]
 
     def _lookup(self, relation: str, subject: str, deps: tuple[int, ...], literal: str | None) -> Subtask:
-        return Subtask("lookup", RELATIONS[relation].domain, relation, None, deps, literal, self.world.facts[(subject, relation)])
+        return Subtask(
+            "lookup", RELATIONS[relation].domain, relation, None, deps, literal, self.world.facts[(subject, relation)]
+        )
 
     def _chain(self, relations: list[str], start: str) -> list[Subtask]:
         out = []

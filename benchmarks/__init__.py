@@ -1,0 +1,1 @@
+"""Benchmark scripts; each writes JSON + Markdown under benchmarks/results/."""

