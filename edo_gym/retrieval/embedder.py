@@ -92,6 +92,12 @@ class Embedder:
 
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
+        try:  # the per-tensor "Loading weights" bar is noise in env start-up and in every subprocess worker
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:
+            pass
         try:
             self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
         except Exception as exc:  # the library raises many types; all mean "cannot load this model here"
