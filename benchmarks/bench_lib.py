@@ -1,0 +1,194 @@
+"""Building blocks shared by the training benchmarks: one timed training run with periodic held-out evaluation,
+run in its own subprocess (so peak memory is per run), and statistics over seeds.
+
+A run's wall time is split into *rollout* (collecting env steps, policy forward passes included) and *update*
+(``train()``: gradient steps); evaluation time is measured separately and excluded from both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+
+# two-sided 95% Student t critical values by degrees of freedom (1..30); larger df use 1.96
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
+        2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
+
+
+def mean_ci95(values: list[float]) -> tuple[float, tuple[float, float]]:
+    """Mean and 95% Student-t confidence interval over seeds (the interval is the mean itself for one value)."""
+    arr = np.asarray(values, dtype=float)
+    m = float(arr.mean()) if arr.size else float("nan")
+    if arr.size < 2:
+        return m, (m, m)
+    t = _T95[min(arr.size - 1, len(_T95)) - 1] if arr.size - 1 <= len(_T95) else 1.96
+    half = t * float(arr.std(ddof=1)) / np.sqrt(arr.size)
+    return m, (m - half, m + half)
+
+
+@dataclass
+class RunSpec:
+    """One training run of a benchmark."""
+
+    algo: str
+    seed: int
+    env_id: str = "EDO-v0"
+    total_timesteps: int = 200_000
+    eval_every: int = 25_000
+    eval_episodes: int = 100
+    eval_env_id: str | None = None  # None: the held-out split of env_id
+    train_overrides: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_env_kwargs: dict[str, Any] | None = None  # None: same as env_kwargs
+
+    def key(self) -> str:
+        return f"{self.algo}-s{self.seed}"
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """Bytes held by the optimizer's per-parameter state (Adam: exp_avg and exp_avg_sq)."""
+    import torch as th
+
+    total = 0
+    for state in optimizer.state_dict()["state"].values():
+        for value in state.values():
+            if isinstance(value, th.Tensor):
+                total += value.numel() * value.element_size()
+    return total
+
+
+def run_in_process(spec: RunSpec) -> dict[str, Any]:
+    """Train and evaluate one run in *this* process; returns the run record (see ``execute_run``)."""
+    import torch as th
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from baselines.evaluation import evaluate_model, heldout_task_ids, make_eval_env
+    from baselines.training import TrainConfig, count_parameters, make_algo, make_train_env
+
+    th.set_num_threads(1)
+    cfg = TrainConfig(
+        algo=spec.algo, env_id=spec.env_id, seed=spec.seed, total_timesteps=spec.total_timesteps, eval_episodes=0,
+        progress_bar=False, env_kwargs=dict(spec.env_kwargs), **spec.train_overrides,
+    )  # fmt: skip
+    env = make_train_env(cfg)
+    model = make_algo(cfg, env)
+    eval_kwargs = spec.env_kwargs if spec.eval_env_kwargs is None else spec.eval_env_kwargs
+    eval_env = make_eval_env(spec.eval_env_id or spec.env_id, **eval_kwargs)
+    task_ids = heldout_task_ids(eval_env, spec.eval_episodes)
+    use_cuda = th.cuda.is_available() and str(model.device).startswith("cuda")
+    if use_cuda:
+        th.cuda.reset_peak_memory_stats()
+
+    curve: list[dict[str, Any]] = []
+    clock = {"rollout": 0.0, "update": 0.0, "eval": 0.0, "last_end": None, "start": None}
+
+    def evaluate() -> None:
+        t0 = time.perf_counter()
+        res = evaluate_model(model, eval_env, task_ids, seed=10_000, name=spec.algo)
+        clock["eval"] += time.perf_counter() - t0
+        curve.append({
+            "env_steps": int(model.num_timesteps), "train_time_s": clock["rollout"] + clock["update"],
+            "rollout_s": clock["rollout"], "update_s": clock["update"], "success": res.success_rate,
+            "return": res.mean_return, "tokens": res.tokens, "calls": res.calls, "latency_s": res.latency_s,
+        })  # fmt: skip
+
+    class BenchCallback(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval = spec.eval_every
+
+        def _on_rollout_start(self) -> None:
+            now = time.perf_counter()
+            if clock["last_end"] is not None:
+                clock["update"] += now - clock["last_end"]  # the train() call between two rollouts
+            if self.model.num_timesteps >= self.next_eval:
+                evaluate()
+                while self.next_eval <= self.model.num_timesteps:
+                    self.next_eval += spec.eval_every
+            clock["start"] = time.perf_counter()
+
+        def _on_rollout_end(self) -> None:
+            now = time.perf_counter()
+            clock["rollout"] += now - clock["start"]
+            clock["last_end"] = now
+
+        def _on_training_end(self) -> None:
+            if clock["last_end"] is not None:
+                clock["update"] += time.perf_counter() - clock["last_end"]
+                clock["last_end"] = None
+
+        def _on_step(self) -> bool:
+            return True
+
+    evaluate()  # the untrained policy, at step 0
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=spec.total_timesteps, callback=BenchCallback())
+    wall = time.perf_counter() - t0
+    evaluate()
+    record = {
+        "spec": asdict(spec),
+        "num_timesteps": int(model.num_timesteps),
+        "wall_time_s": wall - clock["eval"],
+        "rollout_s": clock["rollout"],
+        "update_s": clock["update"],
+        "eval_s": clock["eval"],
+        "trainable_params": count_parameters(model),
+        "optimizer_state_bytes": optimizer_state_bytes(model.policy.optimizer),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cuda_peak_bytes": int(th.cuda.max_memory_allocated()) if use_cuda else None,
+        "device": str(model.device),
+        "curve": curve,
+        "final": curve[-1],
+    }
+    env.close()
+    eval_env.close()
+    return record
+
+
+def execute_run(spec: RunSpec, log_dir: Path | None = None) -> dict[str, Any]:
+    """Run ``spec`` in a fresh Python subprocess (own peak memory, no shared state) and return its record."""
+    cmd = [sys.executable, "-m", "benchmarks.bench_lib", json.dumps(asdict(spec))]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / f"{spec.key()}.log").write_text(proc.stderr[-20000:])
+    if proc.returncode != 0:
+        raise RuntimeError(f"run {spec.key()} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def time_to_target(record: dict[str, Any], target: float) -> tuple[float | None, int | None]:
+    """Train wall time (s) and env steps at the first evaluation whose success reaches ``target`` (None if never)."""
+    for point in record["curve"]:
+        if point["success"] >= target - 1e-9:
+            return point["train_time_s"], point["env_steps"]
+    return None, None
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    """Median where a missing value (never reached) counts as +infinity; None when the median is infinite."""
+    if not values:
+        return None
+    arr = np.array([np.inf if v is None else v for v in values], dtype=float)
+    med = float(np.median(arr))
+    return None if not np.isfinite(med) else med
+
+
+if __name__ == "__main__":
+    spec = RunSpec(**json.loads(sys.argv[1]))
+    print(json.dumps(run_in_process(spec)))

@@ -1,0 +1,251 @@
+"""GRPO versus PPO versus MaskablePPO on EDO-v0: training cost and task performance, side by side.
+
+Tests the claim behind the project: *GRPO cuts PPO's training cost about in half (no value network: about
+half the parameters and memory, 40-50% less time) at equal task performance.* Every algorithm gets the same
+actor ``net_arch``, the same env-step budget, the same seeds, and is evaluated at the same intervals on the
+same fixed held-out task set (EDO-v0 ``test`` split, deterministic actions). Each (algorithm, seed) run is a
+separate subprocess, run one after the other so that timings do not compete.
+
+Recorded per run: learning curve (success, return, tokens, calls, simulated latency vs env steps and train
+wall time), wall time split into rollout and update, trainable parameters, optimizer state bytes, peak
+resident memory of the process, CUDA peak memory when a GPU is used. Reported: means with 95% Student-t
+confidence intervals over seeds, medians of times, GRPO/PPO ratios, and time/env steps to reach PPO's final
+success. Heuristic policies are evaluated on the same task set for reference.
+
+Usage::
+
+    python benchmarks/grpo_vs_ppo.py                 # full: 5 seeds x 3 algorithms x 200k steps
+    python benchmarks/grpo_vs_ppo.py --quick         # reduced: 3 seeds x 60k steps (about 15 minutes here)
+
+Results: ``benchmarks/results/grpo_vs_ppo.{json,md}`` and ``grpo_vs_ppo_curves.png`` (or ``--out-dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.bench_lib import RunSpec, execute_run, mean_ci95, median_or_none, time_to_target  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_line, write_results  # noqa: E402
+
+ALGOS = ("grpo", "ppo", "maskable_ppo")
+TARGETS = {"params_ratio_max": 0.55, "success_gap_max": 0.02, "time_to_target_ratio_max": 0.6}
+
+
+def heuristic_reference(env_id: str, episodes: int) -> list[dict[str, Any]]:
+    from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env
+    from baselines.heuristics import HEURISTICS, make_heuristic
+
+    env = make_eval_env(env_id)
+    ids = heldout_task_ids(env, episodes)
+    out = [evaluate_heuristic(make_heuristic(name), env, ids, seed=10_000).as_dict() for name in HEURISTICS]
+    env.close()
+    return out
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The ``summary`` object: per algorithm figures plus GRPO/PPO ratios and target checks."""
+    summary: dict[str, Any] = {}
+    ppo_final = mean_ci95([r["final"]["success"] for r in runs.get("ppo", [])])[0] if runs.get("ppo") else None
+    for algo, recs in runs.items():
+        finals = [r["final"]["success"] for r in recs]
+        mean, ci = mean_ci95(finals)
+        ttt = [time_to_target(r, ppo_final)[0] for r in recs] if ppo_final is not None else []
+        stt = [time_to_target(r, ppo_final)[1] for r in recs] if ppo_final is not None else []
+        summary[algo] = {
+            "seeds": [r["spec"]["seed"] for r in recs],
+            "final_success_mean": mean,
+            "final_success_ci95": list(ci),
+            "final_return_mean": float(np.mean([r["final"]["return"] for r in recs])),
+            "trainable_params": int(recs[0]["trainable_params"]),
+            "optimizer_state_bytes": int(recs[0]["optimizer_state_bytes"]),
+            "peak_rss_bytes": int(np.median([r["peak_rss_bytes"] for r in recs])),
+            "cuda_peak_bytes": recs[0]["cuda_peak_bytes"],
+            "wall_time_s": float(np.median([r["wall_time_s"] for r in recs])),
+            "rollout_time_s": float(np.median([r["rollout_s"] for r in recs])),
+            "update_time_s": float(np.median([r["update_s"] for r in recs])),
+            "env_steps": int(np.median([r["num_timesteps"] for r in recs])),
+            "time_to_target_s": median_or_none(ttt),
+            "env_steps_to_target": median_or_none([None if s is None else float(s) for s in stt]),
+            "runs_reaching_target": sum(t is not None for t in ttt),
+        }
+    summary["target_success"] = ppo_final
+    if "grpo" in summary and "ppo" in summary:
+        g, p = summary["grpo"], summary["ppo"]
+
+        def ratio(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None or b == 0 else a / b
+
+        ratios = {
+            "trainable_params": ratio(g["trainable_params"], p["trainable_params"]),
+            "optimizer_state_bytes": ratio(g["optimizer_state_bytes"], p["optimizer_state_bytes"]),
+            "peak_rss_bytes": ratio(g["peak_rss_bytes"], p["peak_rss_bytes"]),
+            "wall_time_s": ratio(g["wall_time_s"], p["wall_time_s"]),
+            "rollout_time_s": ratio(g["rollout_time_s"], p["rollout_time_s"]),
+            "update_time_s": ratio(g["update_time_s"], p["update_time_s"]),
+            "time_to_target_s": ratio(g["time_to_target_s"], p["time_to_target_s"]),
+            "env_steps_to_target": ratio(g["env_steps_to_target"], p["env_steps_to_target"]),
+        }
+        gap = g["final_success_mean"] - p["final_success_mean"]
+        summary["grpo_over_ppo"] = ratios
+        summary["targets"] = {
+            "params_and_optimizer_at_most_0.55": bool(
+                ratios["trainable_params"] is not None
+                and ratios["trainable_params"] <= TARGETS["params_ratio_max"]
+                and ratios["optimizer_state_bytes"] <= TARGETS["params_ratio_max"]
+            ),
+            "final_success_within_2_points": bool(gap >= -TARGETS["success_gap_max"]),
+            "time_to_target_at_most_0.6": bool(
+                ratios["time_to_target_s"] is not None and ratios["time_to_target_s"] <= TARGETS["time_to_target_ratio_max"]
+            ),
+            "success_gap_points": 100 * gap,
+        }
+    return summary
+
+
+def markdown(summary: dict[str, Any], heuristics: list[dict[str, Any]], settings: dict[str, Any], machine: str) -> str:
+    algos = [a for a in ALGOS if a in summary]
+    lines = [
+        "# GRPO vs PPO vs MaskablePPO on EDO-v0",
+        "",
+        f"Machine: {machine}. Command: `{settings['command']}`.",
+        f"Budget: {settings['timesteps']:,} env steps per run, seeds {settings['seeds']}, actor net_arch "
+        f"{settings['net_arch']}, evaluation every {settings['eval_every']:,} steps on {settings['eval_episodes']} "
+        "held-out tasks (deterministic actions). Times are medians over seeds and exclude evaluation.",
+        "",
+        "| algo | final success (95% CI) | final return | params | optimizer state | peak RSS | wall time | rollout | update "
+        "| time to PPO's final success | env steps to it |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for a in algos:
+        s = summary[a]
+        ttt = "never (median)" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.0f} s"
+        stt = "-" if s["env_steps_to_target"] is None else f"{s['env_steps_to_target']:,.0f}"
+        lines.append(
+            f"| {a} | {s['final_success_mean']:.3f} ({s['final_success_ci95'][0]:.3f}-{s['final_success_ci95'][1]:.3f}) "
+            f"| {s['final_return_mean']:+.3f} | {s['trainable_params']:,} | {s['optimizer_state_bytes'] / 1024:.0f} KiB "
+            f"| {s['peak_rss_bytes'] / 2**20:.0f} MiB | {s['wall_time_s']:.0f} s | {s['rollout_time_s']:.0f} s "
+            f"| {s['update_time_s']:.0f} s | {ttt} ({s['runs_reaching_target']}/{len(s['seeds'])} runs) | {stt} |"
+        )
+    if "grpo_over_ppo" in summary:
+        r, t = summary["grpo_over_ppo"], summary["targets"]
+
+        def fmt(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.2f}"
+
+        lines += [
+            "",
+            f"Target success (PPO's final mean): {summary['target_success']:.3f}.",
+            "",
+            "| GRPO / PPO | ratio |",
+            "|---|---|",
+            *(f"| {k} | {fmt(v)} |" for k, v in r.items()),
+            "",
+            "| target | met? |",
+            "|---|---|",
+            f"| params and optimizer state <= 0.55 of PPO's | {'yes' if t['params_and_optimizer_at_most_0.55'] else 'NO'} |",
+            f"| final success within 2 points of PPO (gap {t['success_gap_points']:+.1f} points) "
+            f"| {'yes' if t['final_success_within_2_points'] else 'NO'} |",
+            f"| time to PPO's final success <= 0.6 of PPO's | {'yes' if t['time_to_target_at_most_0.6'] else 'NO'} |",
+        ]
+    lines += ["", "Heuristic policies on the same task set:", "", "| policy | success | return | tokens | calls | latency s |"]
+    lines.append("|---|---|---|---|---|---|")
+    for h in heuristics:
+        lines.append(
+            f"| {h['policy']} | {h['success_rate']:.3f} | {h['mean_return']:+.3f} | {h['tokens']:.0f} | {h['calls']:.1f} | {h['latency_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_curves(runs: dict[str, list[dict[str, Any]]], path: Path, heuristics: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for algo, recs in runs.items():
+        for ax, xkey, xlabel in ((axes[0], "env_steps", "env steps"), (axes[1], "train_time_s", "train wall time (s)")):
+            n = min(len(r["curve"]) for r in recs)
+            ys = np.array([[p["success"] for p in r["curve"][:n]] for r in recs])
+            xs = np.median(np.array([[p[xkey] for p in r["curve"][:n]] for r in recs]), axis=0)
+            lo, hi = zip(*(mean_ci95(list(ys[:, i]))[1] for i in range(n)), strict=True)
+            ax.plot(xs, ys.mean(axis=0), label=algo)
+            ax.fill_between(xs, lo, hi, alpha=0.2)
+            ax.set_xlabel(xlabel)
+    for h in heuristics:
+        for ax in axes:
+            ax.axhline(h["success_rate"], ls=":", lw=1, color="grey")
+            ax.text(ax.get_xlim()[0], h["success_rate"], f" {h['policy']}", fontsize=7, va="bottom", color="grey")
+    axes[0].set_ylabel("held-out success rate (mean, 95% CI)")
+    axes[0].legend()
+    fig.suptitle("EDO-v0: GRPO vs PPO vs MaskablePPO")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="3 seeds x 60k steps, 100 eval tasks")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--timesteps", type=int, default=None)
+    parser.add_argument("--eval-every", type=int, default=None)
+    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--env", default="EDO-v0")
+    parser.add_argument("--net-arch", default="128,128", help="actor hidden sizes, comma-separated (same for all algos)")
+    parser.add_argument("--out-dir", default=str(RESULTS_DIR))
+    parser.add_argument("--name", default="grpo_vs_ppo", help="base name of the result files")
+    args = parser.parse_args(argv)
+    seeds = args.seeds or ([0, 1, 2] if args.quick else [0, 1, 2, 3, 4])
+    timesteps = args.timesteps or (60_000 if args.quick else 200_000)
+    eval_every = args.eval_every or max(1, timesteps // 8)
+    net_arch = [int(x) for x in args.net_arch.split(",") if x]
+    if timesteps < 1 or args.eval_episodes < 1 or not net_arch:
+        parser.error("--timesteps and --eval-episodes must be >= 1 and --net-arch non-empty")
+    out_dir = Path(args.out_dir)
+    command = "python benchmarks/grpo_vs_ppo.py " + " ".join(argv if argv is not None else sys.argv[1:])
+
+    runs: dict[str, list[dict[str, Any]]] = {a: [] for a in args.algos}
+    t0 = time.perf_counter()
+    total = len(seeds) * len(args.algos)
+    k = 0
+    for seed in seeds:  # interleave algorithms so slow drift of the machine hits all of them alike
+        for algo in args.algos:
+            k += 1
+            spec = RunSpec(algo=algo, seed=seed, env_id=args.env, total_timesteps=timesteps, eval_every=eval_every,
+                           eval_episodes=args.eval_episodes, train_overrides={"net_arch": net_arch})  # fmt: skip
+            print(f"[{k}/{total}] {algo} seed {seed} ({timesteps:,} steps) ...", flush=True)
+            rec = execute_run(spec, log_dir=out_dir / "logs" / args.name)
+            runs[algo].append(rec)
+            f = rec["final"]
+            print(
+                f"    success {f['success']:.3f}, return {f['return']:+.3f}, wall {rec['wall_time_s']:.0f} s "
+                f"(rollout {rec['rollout_s']:.0f} s, update {rec['update_s']:.0f} s), {time.perf_counter() - t0:.0f} s elapsed",
+                flush=True,
+            )
+    heuristics = heuristic_reference(args.env, args.eval_episodes)
+    summary = summarise(runs)
+    settings = {"command": command, "seeds": seeds, "timesteps": timesteps, "eval_every": eval_every,
+                "eval_episodes": args.eval_episodes, "net_arch": net_arch, "algos": args.algos, "env": args.env}  # fmt: skip
+    from benchmarks.common import machine_info
+
+    md = markdown(summary, heuristics, settings, machine_line(machine_info()))
+    write_results(args.name, {"settings": settings, "summary": summary, "heuristics": heuristics, "runs": runs}, md, out_dir)
+    plot_curves(runs, out_dir / f"{args.name}_curves.png", heuristics)
+    print("\n" + md)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
