@@ -53,7 +53,11 @@ def _check_int(owner: str, name: str, value: Any, low: int, high: int | None = N
 
 def _check_float(owner: str, name: str, value: Any, low: float, high: float | None = None, low_open: bool = False) -> None:
     _check_type(owner, name, value, (int, float))
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
         raise ValueError(f"{owner}.{name} must be a finite number, got {value}")
     too_low = value <= low if low_open else value < low
     if too_low or (high is not None and value > high):
@@ -346,6 +350,12 @@ class EDOConfig:
     illegal_action: str = "penalize"
     #: Number of past actions in the observation.
     history_len: int = 4
+    #: Retries of a worker/verifier backend call after a transient error or a timeout (0 = none).
+    backend_retries: int = 2
+    #: Simulated back-off before the first retry, seconds, doubling per retry; charged as latency, never slept.
+    backend_backoff_s: float = 0.5
+    #: A backend call that raises ``TimeoutError``, reports ``latency_s`` above this, or takes longer counts as failed.
+    backend_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         owner = "EDOConfig"
@@ -381,6 +391,9 @@ class EDOConfig:
         _check_float(owner, "verify_false_alarm", self.verify_false_alarm, 0.0, 1.0)
         _check_choice(owner, "illegal_action", self.illegal_action, ILLEGAL_ACTION_MODES)
         _check_int(owner, "history_len", self.history_len, 0, 64)
+        _check_int(owner, "backend_retries", self.backend_retries, 0, 10)
+        _check_float(owner, "backend_backoff_s", self.backend_backoff_s, 0.0, 600.0)
+        _check_float(owner, "backend_timeout_s", self.backend_timeout_s, 0.0, 3600.0, low_open=True)
 
     @property
     def max_subtasks(self) -> int:

@@ -15,23 +15,32 @@ Action indices: dispatches first (``w * 2 + retrieve``, or ``w``), then verify, 
 latency), each weighted by ``RewardConfig``; ``info["reward_terms"]`` is the breakdown and sums to the reward.
 Illegal actions (``action_masks()`` / ``info["action_mask"]``) are penalised and change nothing (default) or
 raise; an out-of-range action always raises ``ValueError``.
+
+Faults of the backend or the retriever never end an episode. Every ``info`` carries ``call_failed`` (the
+step's backend call failed after ``backend_attempts`` tries; ``call_error`` says how), ``backend_attempts``
+(0 when the step called no backend) and ``retrieval_fallback`` (retrieval was requested, failed, and the worker
+answered without it). A failed dispatch is charged (``backend_attempts`` calls) but leaves its step undone; a
+failed verify leaves the result unchecked. Per-episode counters ``failed_calls``, ``call_retries`` and
+``retrieval_fallbacks`` (reset by ``reset``) also appear in ``info["episode_stats"]``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections import deque
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from edo_gym.agents.backend import GenerationBackend, SimulatedBackend
+from edo_gym.agents.backend import GenerationBackend, RetryPolicy, SimulatedBackend, call_backend, validate_verdict
 from edo_gym.agents.planner import Plan, Planner
 from edo_gym.agents.worker import CallRecord, Worker
 from edo_gym.config import EDOConfig, TaskConfig, WorldConfig
 from edo_gym.envs import observation as obs_lib
 from edo_gym.envs.render import render_trace
+from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.store import RetrievalService
 from edo_gym.world.generator import World
 from edo_gym.world.tasks import Task, TaskPool
@@ -42,6 +51,7 @@ VERIFY_OVERHEAD_TOKENS = 40
 VERIFY_LATENCY_S = 0.5
 PLANNER_LATENCY_S = 1.0
 RESET_OPTION_KEYS = frozenset({"task_id"})
+_NO_CALL: dict[str, Any] = {"call_failed": False, "call_error": None, "backend_attempts": 0, "retrieval_fallback": False}
 
 
 @functools.lru_cache(maxsize=8)
@@ -76,6 +86,8 @@ class EDOEnv(gym.Env):
         self.config = cfg = EDOConfig.from_kwargs(config, **kwargs)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        if backend is not None and not isinstance(backend, GenerationBackend):
+            raise TypeError(f"backend must implement GenerationBackend (generate, verify), got {type(backend).__name__}")
         self.render_mode = render_mode
         self.world = _world(cfg.world)
         self.pool = _task_pool(cfg.world, cfg.tasks)
@@ -83,8 +95,10 @@ class EDOEnv(gym.Env):
         self.service = RetrievalService.get(self.world, cfg.retrieval, [w.shard for w in cfg.workers])
         self.backend: GenerationBackend = backend or SimulatedBackend(self.world, cfg.verify_recall, cfg.verify_false_alarm)
         self.planner = Planner(self.world, cfg.planner)
+        self.retry_policy = RetryPolicy(cfg.backend_retries, cfg.backend_backoff_s, cfg.backend_timeout_s)
         self.workers = [
-            Worker(i, spec, self.service.retrievers[i], self.service, self.backend) for i, spec in enumerate(cfg.workers)
+            Worker(i, spec, self.service.retrievers[i], self.service, self.backend, self.retry_policy)
+            for i, spec in enumerate(cfg.workers)
         ]
         task_vectors = self.service.embed_texts("tasks", [t.text for t in self.pool.tasks])
         self._task_features = self._make_task_features(task_vectors)
@@ -135,9 +149,9 @@ class EDOEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         if options:
-            if not isinstance(options, dict):
-                raise TypeError(f"options must be a dict, got {type(options).__name__}")
             unknown = set(options) - RESET_OPTION_KEYS
             if unknown:
                 raise ValueError(f"unknown reset option(s) {sorted(unknown)}; allowed: {sorted(RESET_OPTION_KEYS)}")
@@ -160,6 +174,10 @@ class EDOEnv(gym.Env):
         self.steps = 0
         self.replans = 0
         self.illegal_actions = 0
+        self.failed_calls = 0
+        self.call_retries = 0
+        self.retrieval_fallbacks = 0
+        self._call_status = _NO_CALL
         self.worker_calls = np.zeros(W, dtype=np.int32)
         self.worker_flagged = np.zeros(W, dtype=np.int32)
         self.worker_abstained = np.zeros(W, dtype=np.int32)
@@ -243,6 +261,7 @@ class EDOEnv(gym.Env):
         terminated = False
         event = ""
         legal = self._mask()[a] > 0
+        self._call_status = _NO_CALL
         if not legal:
             if cfg.illegal_action == "raise":
                 raise ValueError(
@@ -256,14 +275,14 @@ class EDOEnv(gym.Env):
             kind, w, retrieve = self.decode_action(a)
             event = kind
             if kind == "dispatch":
-                t, lat = self._dispatch(w, retrieve)
+                t, c, lat = self._dispatch(w, retrieve)
                 tokens += t
-                calls += 1
+                calls += c
                 latency += lat
             elif kind == "verify":
-                t, lat = self._verify()
+                t, c, lat = self._verify()
                 tokens += t
-                calls += 1
+                calls += c
                 latency += lat
             elif kind == "rollback":
                 i = self.done_stack.pop()
@@ -309,6 +328,7 @@ class EDOEnv(gym.Env):
             "event": event,
             "illegal_action": not legal,
             "task_id": self.task_id,
+            **self._call_status,
         }
         if self._ended:
             info["episode_stats"] = {
@@ -319,6 +339,9 @@ class EDOEnv(gym.Env):
                 "steps": self.steps,
                 "family": self.task.family,
                 "hops": self.task.hops,
+                "failed_calls": self.failed_calls,
+                "call_retries": self.call_retries,
+                "retrieval_fallbacks": self.retrieval_fallbacks,
             }
         return obs, reward, terminated, truncated, info
 
@@ -347,34 +370,64 @@ class EDOEnv(gym.Env):
             out.append(r.text if r is not None else None)
         return out
 
-    def _dispatch(self, w: int, retrieve: bool) -> tuple[int, float]:
+    def _dispatch(self, w: int, retrieve: bool) -> tuple[int, int, float]:
+        """Run the current step on worker ``w``; ``(tokens, calls, latency)`` charged."""
         i = self.current_step
         step = self.plan.steps[i]
         worker = self.workers[w]
         if not self.retrieve_flag:
             retrieve = worker.wants_retrieval(step)
         record = worker.run(step, self._inputs_for(i), retrieve, self.np_random)
-        self.results[i] = record
-        self.verified[i] = 0
         self.attempts[i] += 1
-        self.done_stack.append(i)
         self.worker_calls[w] += 1
+        if record.failed:  # charged, but the step stays undone
+            self.failed_calls += 1
+        else:
+            self.results[i] = record
+            self.verified[i] = 0
+            self.done_stack.append(i)
         if record.abstained:
             self.worker_abstained[w] += 1
+        self.call_retries += record.attempts - 1
+        self.retrieval_fallbacks += record.retrieval_fallback
+        self._call_status = {
+            "call_failed": record.failed,
+            "call_error": record.error,
+            "backend_attempts": record.attempts,
+            "retrieval_fallback": record.retrieval_fallback,
+        }
         self.trace.append(("dispatch", i, w, record))
-        return record.prompt_tokens + record.completion_tokens, record.latency_s
+        return record.prompt_tokens + record.completion_tokens, record.attempts, record.latency_s
 
-    def _verify(self) -> tuple[int, float]:
+    def _verify(self) -> tuple[int, int, float]:
+        """Check the last result; ``(tokens, calls, latency)`` charged. Trace: ``("verify", i, flagged, attempts, error)``."""
         i = self.done_stack[-1]
         record = self.results[i]
         assert record is not None
-        flagged = self.backend.verify(record.query, record.text, record.correct, self.np_random)
-        self.verified[i] = 2 if flagged else 1
-        if flagged:
-            self.worker_flagged[record.worker] += 1
-        self.trace.append(("verify", i, flagged))
+        policy = self.retry_policy
+        outcome = call_backend(
+            lambda: self.backend.verify(record.query, record.text, record.correct, self.np_random), validate_verdict, policy
+        )
+        flagged = outcome.value
+        if outcome.failed:  # the result stays unchecked
+            self.failed_calls += 1
+        else:
+            self.verified[i] = 2 if flagged else 1
+            if flagged:
+                self.worker_flagged[record.worker] += 1
+        self.call_retries += outcome.attempts - 1
+        self._call_status = {
+            "call_failed": outcome.failed,
+            "call_error": outcome.error,
+            "backend_attempts": outcome.attempts,
+            "retrieval_fallback": False,
+        }
+        self.trace.append(("verify", i, flagged, outcome.attempts, outcome.error))
         tokens = self.service.count_tokens(record.query) + self.service.count_tokens(record.text) + VERIFY_OVERHEAD_TOKENS
-        return tokens, VERIFY_LATENCY_S
+        latency = outcome.backoff_s + sum(policy.timeout_s if k == "timeout" else VERIFY_LATENCY_S for k in outcome.failures)
+        if not outcome.failed:
+            latency += VERIFY_LATENCY_S
+        return tokens * outcome.attempts, outcome.attempts, latency
 
     def _submit(self) -> float:
         last = self.results[-1] if self.results else None
@@ -484,6 +537,11 @@ class EDOEnv(gym.Env):
             "expected": [s.expected for s in self.plan.steps],
             "correct": [r.correct if r is not None else None for r in self.results],
         }
+
+    def process_info(self) -> dict[str, int]:
+        """``pid`` of the process this env lives in and how often that process loaded an embedding model
+        (``model_loads``); call it through ``VecEnv.env_method`` / ``VectorEnv.call``."""
+        return {"pid": os.getpid(), "model_loads": embedder_lib.model_load_count()}
 
     def close(self) -> None:
         self._started = False

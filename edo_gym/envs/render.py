@@ -33,14 +33,24 @@ def render_trace(env: EDOEnv) -> str:
             name = env.config.workers[w].name
             out.append(f"  dispatch step {i} -> {name} ({'with' if rec.used_retrieval else 'without'} retrieval)")
             out.append(f"    query: {rec.query}")
+            if getattr(rec, "retrieval_error", None) is not None:
+                out.append(f"    retrieval FAILED ({rec.retrieval_error}); answered without retrieval")
             for d in rec.retrieved:
                 out.append(f"    hit: [{docs[d].domain}] {docs[d].text}")
-            out.append(
-                f"    answer: {rec.text!r} (confidence {rec.confidence:.2f}); "
-                f"{rec.prompt_tokens}+{rec.completion_tokens} tokens, {rec.latency_s:.2f} s"
-            )
+            attempts = getattr(rec, "attempts", 1)
+            tries = f" after {attempts} attempts" if attempts > 1 else ""
+            cost = f"{rec.prompt_tokens}+{rec.completion_tokens} tokens, {rec.latency_s:.2f} s"
+            if getattr(rec, "failed", False):
+                out.append(f"    call FAILED{tries}: {rec.error}; step stays undone; {cost}")
+            else:
+                out.append(f"    answer: {rec.text!r} (confidence {rec.confidence:.2f}){tries}; {cost}")
         elif kind == "verify":
-            out.append(f"  verify step {event[1]}: {'FLAGGED' if event[2] else 'ok'}")
+            attempts = event[3] if len(event) > 3 else 1
+            tries = f" after {attempts} attempts" if attempts > 1 else ""
+            if event[2] is None:
+                out.append(f"  verify step {event[1]}: call FAILED{tries}: {event[4]}; result stays unchecked")
+            else:
+                out.append(f"  verify step {event[1]}: {'FLAGGED' if event[2] else 'ok'}{tries}")
         elif kind == "rollback":
             out.append(f"  rollback step {event[1]}")
         elif kind == "replan":
@@ -52,5 +62,15 @@ def render_trace(env: EDOEnv) -> str:
             out.append(f"  token budget exhausted ({event[1]} tokens)")
         elif kind == "submit":
             out.append(f"  submit: {event[1]!r} (gold {event[2]!r}) -> score {event[3]:.2f}")
-    out.append(f"  totals: {env.steps} steps, {env.tokens} tokens, {env.calls} calls, {env.latency_s:.2f} s simulated latency")
+    totals = f"  totals: {env.steps} steps, {env.tokens} tokens, {env.calls} calls, {env.latency_s:.2f} s simulated latency"
+    faults = [
+        f"{n} {label}"
+        for n, label in (
+            (getattr(env, "failed_calls", 0), "failed calls"),
+            (getattr(env, "call_retries", 0), "retries"),
+            (getattr(env, "retrieval_fallbacks", 0), "retrieval fallbacks"),
+        )
+        if n
+    ]
+    out.append(totals + (f"; {', '.join(faults)}" if faults else ""))
     return "\n".join(out)

@@ -4,20 +4,21 @@ A cache file is a ``.npz`` holding the vectors and a JSON header (model id, hash
 SHA-256 of the vector bytes). Loading checks every field: a truncated, corrupted, or foreign file (another
 model, another corpus version) is never used; it is rebuilt with a warning. Writes go to a temporary file in
 the same directory, are flushed to disk, then atomically renamed, under a file lock, so several processes
-building the same cache at once leave one valid file. When the directory cannot be written, vectors are kept
-in memory only, with a warning.
+building the same cache at once leave one valid file (the holder of the lock also deletes temporary files left
+by a writer that died). When the directory cannot be created, locked or written, vectors are kept in memory
+only, with a warning.
 
 Location: ``$EDO_GYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/edo_gym``, else ``~/.cache/edo_gym``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 import warnings
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,20 +79,32 @@ class EmbeddingCache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             lock = self._lock(path)
-        except OSError as exc:
+            lock.acquire()
+        except Exception as exc:  # OSError (read-only, not a directory, lock timeout) or a lock-library error
             warnings.warn(
-                f"embedding cache directory {self.directory} is not writable ({exc}); keeping {kind} embeddings in memory",
+                f"embedding cache directory {self.directory} is not writable ({type(exc).__name__}: {exc}); "
+                f"keeping {kind} embeddings in memory",
                 CacheWarning,
                 stacklevel=2,
             )
             return self._check_built(build(texts), len(texts))
-        with lock:
+        try:
             vectors = self._load(path, model_id, content_hash, len(texts), quiet=True)  # another process may have built it
             if vectors is not None:
                 return vectors
+            self._remove_stale_temporaries(path)
             vectors = self._check_built(build(texts), len(texts))
             self._store(path, vectors, model_id, content_hash)
+        finally:
+            lock.release()
         return vectors
+
+    @staticmethod
+    def _remove_stale_temporaries(path: Path) -> None:
+        """Delete temporary files of ``path`` left by a writer that died; only called while holding the lock."""
+        for tmp in path.parent.glob(path.name + ".*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     @staticmethod
     def _check_built(vectors: np.ndarray, n: int) -> np.ndarray:
@@ -125,7 +138,7 @@ class EmbeddingCache:
                 reason = "checksum mismatch (corrupted vectors)"
             elif not np.isfinite(vectors).all():
                 reason = "non-finite values"
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except Exception as exc:  # a damaged zip raises many types (BadZipFile, RuntimeError, NotImplementedError, ...)
             reason = f"unreadable ({type(exc).__name__}: {exc})"
         if reason is None:
             return vectors

@@ -25,6 +25,15 @@ class EmbeddingModelNotFoundError(RuntimeError):
     """The configured embedding model is not available locally."""
 
 
+#: Embedding models loaded, per process id (keyed by pid so a forked child does not inherit its parent's count).
+_MODEL_LOADS: dict[int, int] = {}
+
+
+def model_load_count() -> int:
+    """How many times this process has loaded an embedding model (``Embedder`` instances created)."""
+    return _MODEL_LOADS.get(os.getpid(), 0)
+
+
 def resolve_model(model: str) -> tuple[str, str]:
     """Where to load ``model`` from, and a stable identifier for cache keys.
 
@@ -105,6 +114,7 @@ class Embedder:
                 f"Could not load embedding model {model!r} from {path}: {exc}. {_INSTALL_HINT}"
             ) from exc
         self.model.eval()
+        _MODEL_LOADS[os.getpid()] = _MODEL_LOADS.get(os.getpid(), 0) + 1
         self.dim = int(self.model.get_embedding_dimension())
         self.tokenizer = self.model.tokenizer
 

@@ -6,10 +6,18 @@ worker (``mode="per_worker"``, to measure what sharing saves). Corpus, canonical
 come from the on-disk :class:`~edo_gym.retrieval.cache.EmbeddingCache`, so a warm process never re-embeds the
 corpus; query embeddings and search results are memoised in bounded LRU caches, so every *first* retrieval is
 a real embedding search and repeats are dictionary look-ups.
+
+Fork safety: chromadb's native runtime does not survive ``fork()``; in a child forked from a process that had
+started chromadb, every chromadb call blocks forever (this is what ``gym.make_vec(..., vectorization_mode=
+"async")`` does on Linux with the default ``fork`` context: it builds one env in the parent first). A service
+created in such a child therefore searches its shards with :class:`ExactCollection` (exact cosine top-k in
+numpy over the same vectors; it agrees with chromadb's HNSW index on >99.9% of queries) and warns once
+(:class:`ForkedChromaWarning`). The ``spawn`` and ``forkserver`` start methods keep chromadb.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -92,6 +100,14 @@ class ShardRetriever:
         self.size = collection.count() if collection is not None else 0
         self.memo = LRUCache(cache_size)
         self.searches = 0
+        #: ``(service, worker index)`` when a ``RetrievalService`` built this retriever (lets it pickle).
+        self.origin: tuple[RetrievalService, int] | None = None
+
+    def __reduce__(self) -> Any:
+        # A chromadb collection cannot be pickled: a pickled retriever is looked up again in its service.
+        if self.origin is None:
+            raise TypeError("a ShardRetriever built outside a RetrievalService cannot be pickled")
+        return (_retriever_of, self.origin)
 
     def search(self, query: str, k: int) -> tuple[int, ...]:
         """Corpus indices of the ``k`` nearest documents of this shard (fewer if the shard is smaller)."""
@@ -109,13 +125,58 @@ class ShardRetriever:
         return ids
 
 
+#: Process id in which this module started chromadb (inherited, unchanged, by forked children).
+_CHROMA_PID: int | None = None
+
+
+class ForkedChromaWarning(RuntimeWarning):
+    """This process was forked after chromadb started in its parent: shards are searched exactly in numpy."""
+
+
+def chroma_usable() -> bool:
+    """``False`` in a process forked after chromadb started in its parent (chromadb calls would block forever)."""
+    return _CHROMA_PID is None or os.getpid() == _CHROMA_PID
+
+
+class ExactCollection:
+    """Exact cosine top-k over unit vectors, with the two chromadb collection methods ``ShardRetriever`` uses."""
+
+    def __init__(self, vectors: np.ndarray, indices: Sequence[int]) -> None:
+        self.ids = np.asarray(indices, dtype=np.int64)
+        self.matrix = np.ascontiguousarray(vectors[self.ids], dtype=np.float32)
+
+    def count(self) -> int:
+        return len(self.ids)
+
+    def query(self, query_embeddings: np.ndarray, n_results: int, include: Any = None) -> dict[str, list[list[str]]]:
+        scores = self.matrix @ np.asarray(query_embeddings, dtype=np.float32)[0]
+        k = min(n_results, len(scores))
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return {"ids": [[str(int(i)) for i in self.ids[top]]]}
+
+
 def _chroma_client(chroma_dir: str | None) -> Any:
+    global _CHROMA_PID
     import chromadb
 
     settings = chromadb.Settings(anonymized_telemetry=False, allow_reset=False)
     if chroma_dir is None:
-        return chromadb.EphemeralClient(settings=settings)
-    return chromadb.PersistentClient(path=chroma_dir, settings=settings)
+        client = chromadb.EphemeralClient(settings=settings)
+    else:
+        client = chromadb.PersistentClient(path=chroma_dir, settings=settings)
+    _CHROMA_PID = os.getpid()
+    return client
+
+
+def _build_lock(chroma_dir: str | None) -> Any:
+    """An inter-process lock around collection builds in a persistent directory (a no-op in memory)."""
+    if chroma_dir is None:
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    os.makedirs(chroma_dir, exist_ok=True)
+    return FileLock(os.path.join(chroma_dir, ".edo-build.lock"), timeout=600)
 
 
 _HNSW = {"hnsw": {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}}
@@ -160,6 +221,7 @@ class RetrievalService:
     def __init__(self, world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> None:
         self.world = world
         self.config = config
+        self.shards = [tuple(s) for s in shards]
         self.pid = os.getpid()
         self.cache = EmbeddingCache(config.cache_dir)
         n_embedders = len(shards) if config.mode == "per_worker" else 1
@@ -173,11 +235,36 @@ class RetrievalService:
         query_vectors = self.cache.load_or_build("queries", self.model_id, queries, embedder.encode)
         canonical = {q: i for i, q in enumerate(queries)}
         self.encoders = [QueryEncoder(e, canonical, query_vectors, config.query_cache_size) for e in self.embedders]
-        self.client = _chroma_client(config.chroma_dir)
+        #: ``"chromadb"``, or ``"exact"`` in a process forked after chromadb started (see module docstring).
+        self.search_backend = "chromadb" if chroma_usable() else "exact"
+        if self.search_backend == "exact":
+            warnings.warn(
+                f"this process (pid {os.getpid()}) was forked after chromadb started in process {_CHROMA_PID}; "
+                "chromadb cannot run here (its calls would hang), so shards are searched exactly in numpy instead. "
+                "Use the 'spawn' or 'forkserver' start method to keep chromadb.",
+                ForkedChromaWarning,
+                stacklevel=3,
+            )
+        self.client = _chroma_client(config.chroma_dir) if self.search_backend == "chromadb" else None
         model_key = hashlib.sha256(self.model_id.encode()).hexdigest()[:8]
         by_domain = world.documents_by_domain()
         self.retrievers: list[ShardRetriever] = []
         built: dict[tuple[str, ...], ShardRetriever] = {}
+        lock = _build_lock(config.chroma_dir) if self.client is not None else contextlib.nullcontext()
+        with lock:  # processes sharing a chroma_dir build (or check) one at a time
+            self._build_retrievers(world, config, shards, model_key, by_domain, built)
+        self.token_memo = LRUCache(config.query_cache_size)
+        self._task_vectors: dict[str, np.ndarray] = {}
+
+    def _build_retrievers(
+        self,
+        world: World,
+        config: RetrievalConfig,
+        shards: Sequence[tuple[str, ...]],
+        model_key: str,
+        by_domain: dict[str, list[int]],
+        built: dict[tuple[str, ...], ShardRetriever],
+    ) -> None:
         for w, shard in enumerate(shards):
             key = tuple(sorted(shard))
             if config.mode == "shared" and key in built:
@@ -190,17 +277,22 @@ class RetrievalService:
                 name += f"-w{w}-{uuid.uuid4().hex[:8]}" if config.chroma_dir is None else f"-w{w}"
             elif config.chroma_dir is None:
                 name += f"-{uuid.uuid4().hex[:8]}"  # in-memory clients of one process share a backend
-            collection = (
-                build_collection(self.client, name, self.doc_vectors, indices, config.chroma_dir is not None)
-                if indices
-                else None
-            )
+            if not indices:
+                collection = None
+            elif self.client is None:
+                collection = ExactCollection(self.doc_vectors, indices)
+            else:
+                collection = build_collection(self.client, name, self.doc_vectors, indices, config.chroma_dir is not None)
             encoder = self.encoders[w if config.mode == "per_worker" else 0]
             retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
+            retriever.origin = (self, w)
             built[key] = retriever
             self.retrievers.append(retriever)
-        self.token_memo = LRUCache(config.query_cache_size)
-        self._task_vectors: dict[str, np.ndarray] = {}
+
+    def __reduce__(self) -> Any:
+        # Embedder, chromadb client and caches are per process: a pickled service is the target process's own
+        # service for the same world, config and shards (built there if needed), as ``get`` gives it.
+        return (RetrievalService.get, (self.world, self.config, self.shards))
 
     @classmethod
     def get(cls, world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> RetrievalService:
@@ -240,3 +332,7 @@ class RetrievalService:
             "search_results": sum(len(r.memo) for r in {id(r): r for r in self.retrievers}.values()),
             "token_counts": len(self.token_memo),
         }
+
+
+def _retriever_of(service: RetrievalService, worker: int) -> ShardRetriever:
+    return service.retrievers[worker]
