@@ -277,11 +277,12 @@ def test_task_id_mode_needs_num_tasks():
 
 
 # ----------------------------------------------------------------------------- groups and episodes
+@pytest.mark.parametrize("refill_envs", [True, False])
 @pytest.mark.parametrize("group_mode", ["task_id", "seed"])
-def test_episode_boundaries_and_groups(group_mode):
-    # n_envs=3 does not divide group_size=4: groups span waves, the last wave has an idle env
+def test_episode_boundaries_and_groups(group_mode, refill_envs):
+    # n_envs=3 does not divide group_size=4: groups span waves / refills, some envs idle at the end
     env = toy_vec_env(n_envs=3, expose_tag=True)
-    model = GRPO("MlpPolicy", env, group_mode=group_mode, group_size=4, groups_per_rollout=3, seed=1)
+    model = GRPO("MlpPolicy", env, group_mode=group_mode, group_size=4, groups_per_rollout=3, seed=1, refill_envs=refill_envs)
     model.learn(1)
     buffer = model.rollout_buffer
     assert buffer.n_episodes == 12 and buffer.n_groups == 3
@@ -313,8 +314,16 @@ def test_episode_boundaries_and_groups(group_mode):
         assert len(set(tasks[buffer.episode_group_ids == g])) == 1
 
 
-def test_seed_groups_share_start_state():
-    model = GRPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=3, seed=0), group_size=4, groups_per_rollout=3, seed=0)
+@pytest.mark.parametrize("refill_envs", [True, False])
+def test_seed_groups_share_start_state(refill_envs):
+    model = GRPO(
+        "MlpPolicy",
+        make_vec_env("CartPole-v1", n_envs=3, seed=0),
+        group_size=4,
+        groups_per_rollout=3,
+        seed=0,
+        refill_envs=refill_envs,
+    )
     model.learn(1)
     buffer = model.rollout_buffer
     first = np.array([np.flatnonzero(buffer.episode_ids == ep)[0] for ep in range(buffer.n_episodes)])
@@ -325,6 +334,32 @@ def test_seed_groups_share_start_state():
     assert not np.allclose(starts[groups == 0][0], starts[groups == 1][0])
     # CartPole-v1 truncation at 500 steps would be flagged; here all episodes terminate early
     assert model.num_timesteps == buffer.n_steps
+
+
+def test_refilling_finished_envs_wastes_fewer_vectorized_steps():
+    """Refill mode restarts a finished env with the next member at once instead of idling until the wave ends."""
+
+    class CountSteps(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+    counts = {}
+    for refill in (True, False):
+        model = GRPO(
+            "MlpPolicy",
+            make_vec_env("CartPole-v1", n_envs=4, seed=0),
+            group_size=4,
+            groups_per_rollout=4,
+            seed=0,
+            refill_envs=refill,
+        )
+        callback = CountSteps()
+        model.learn(1, callback=callback)
+        counts[refill] = (callback.n_calls * 4, model.num_timesteps)  # env steps executed, env steps recorded
+    executed_refill, recorded_refill = counts[True]
+    executed_waves, recorded_waves = counts[False]
+    assert executed_refill < executed_waves
+    assert executed_refill - recorded_refill < executed_waves - recorded_waves  # less wasted compute
 
 
 def test_tied_groups_give_no_update():

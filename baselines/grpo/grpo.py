@@ -12,7 +12,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL
 from baselines.grpo.buffers import GroupRolloutBuffer
@@ -22,6 +22,10 @@ GROUP_MODES = ("seed", "task_id")
 SUPERVISIONS = ("outcome", "process")
 # Seeds drawn for env resets are in [0, MAX_SEED)
 MAX_SEED = 2**31 - 1
+
+
+def _new_trajectory() -> dict[str, list[Any]]:
+    return {"observations": [], "actions": [], "log_probs": [], "rewards": [], "action_masks": []}
 
 
 class GRPOLossTerms(NamedTuple):
@@ -109,18 +113,19 @@ class GRPO(OnPolicyAlgorithm):
       fresh seeds; ``k`` is drawn uniformly from ``range(num_tasks)`` where ``num_tasks`` is the
       env attribute ``num_tasks``.
 
-    **How episodes are collected.** SB3 VecEnvs auto-reset finished envs without seed/options,
-    so episodes are collected in synchronous *waves*: the ``groups_per_rollout * group_size``
-    (group, member) slots are taken in order, ``n_envs`` at a time. At the start of a wave every
-    env gets a slot; its reset seed is written into the VecEnv's per-env seed list (the list
-    ``VecEnv.reset()`` consumes, ``env.unwrapped._seeds``, since ``VecEnv.seed(s)`` can only give
-    ``s + env_idx``) and its options through ``VecEnv.set_options``; then ``reset()`` is called
-    and all envs are stepped until every env's episode has ended. Transitions of an env after its
-    episode ended in the wave (they belong to an auto-reset episode) are never recorded, counted
-    in ``num_timesteps``, nor reported to ``ep_info_buffer``. ``n_envs`` need not divide
-    ``group_size``: a group may span two waves (its members still share the seed / task), and in
-    the last wave of a rollout the envs without a slot are stepped but fully ignored. A wave lasts
-    as long as its longest episode, so finished envs idle (their steps are wasted compute).
+    **How episodes are collected.** SB3 VecEnvs auto-reset finished envs without seed/options, so
+    GRPO assigns starts itself. The ``groups_per_rollout * group_size`` (group, member) slots are
+    taken in order. The first ``n_envs`` are started together: each env's reset seed is written into
+    the VecEnv's per-env seed list (the list ``VecEnv.reset()`` consumes, ``env.unwrapped._seeds``,
+    since ``VecEnv.seed(s)`` can only give ``s + env_idx``) and its options through
+    ``VecEnv.set_options``; then ``reset()`` is called. With ``refill_envs=True`` (default, on an
+    unwrapped DummyVecEnv/SubprocVecEnv), an env whose episode ends is immediately reset with the next
+    slot's seed/options through ``env_method("reset", ...)``, so envs only idle at the very end of a
+    rollout. Otherwise collection runs in synchronous *waves* of ``n_envs`` slots, each lasting as long
+    as its longest episode (finished envs idle, their steps are wasted compute). Either way,
+    transitions of an env after its episode ended (the VecEnv's auto-reset episode) are never recorded,
+    counted in ``num_timesteps``, nor reported to ``ep_info_buffer``, and members of a group share the
+    seed / task wherever they run.
 
     Time-limit truncation: a truncated episode is a complete group member; its return is the sum
     of its rewards (there is no critic to bootstrap from).
@@ -149,6 +154,9 @@ class GRPO(OnPolicyAlgorithm):
     :param adv_eps: Added to the group std before dividing (avoids division by zero)
     :param group_mode: ``"seed"`` or ``"task_id"``: how members of a group are made to share a start (see above)
     :param use_masking: Use invalid action masks when the env exposes ``action_masks()`` (checked at each rollout)
+    :param refill_envs: When an env's episode ends and members of the rollout remain, reset that env at once with
+        the next member's seed/options (``env_method("reset", ...)``) instead of letting it idle until the wave's
+        longest episode ends. Only on an unwrapped DummyVecEnv/SubprocVecEnv; False = strict synchronous waves
     :param max_episode_steps: Optional safety cut, in env steps: an episode still running after this many steps is
         ended by the algorithm and stored as truncated (Monitor does not report it, the env never ended it).
         None (default) relies on the env ending its episodes
@@ -198,6 +206,7 @@ class GRPO(OnPolicyAlgorithm):
         adv_eps: float = DEFAULT_EPS,
         group_mode: str = "seed",
         use_masking: bool = True,
+        refill_envs: bool = True,
         max_episode_steps: int | None = None,
         gamma: float = 1.0,
         max_grad_norm: float = 0.5,
@@ -268,6 +277,7 @@ class GRPO(OnPolicyAlgorithm):
         self.adv_eps = adv_eps
         self.group_mode = group_mode
         self.use_masking = use_masking
+        self.refill_envs = refill_envs
         self.max_episode_steps = max_episode_steps
         self.target_kl = target_kl
         self.ref_policy = None
@@ -388,6 +398,14 @@ class GRPO(OnPolicyAlgorithm):
                 members += [(group_id, int(s), {"task_id": int(task_ids[group_id])}) for s in seeds]
         return members
 
+    def _can_refill(self, env: VecEnv) -> bool:
+        """Refill finished envs with the next member only on an unwrapped DummyVecEnv/SubprocVecEnv.
+
+        A per-env ``env_method("reset")`` bypasses VecEnv wrappers (VecNormalize, VecFrameStack, ...), whose
+        transformed observations it would not produce; wrapped VecEnvs fall back to synchronous waves.
+        """
+        return self.refill_envs and isinstance(env, (DummyVecEnv, SubprocVecEnv))
+
     @staticmethod
     def _set_reset_seeds(env: VecEnv, seeds: list[int | None]) -> None:
         """
@@ -417,7 +435,7 @@ class GRPO(OnPolicyAlgorithm):
     ) -> bool:
         """
         Collect ``n_groups`` groups of ``group_size`` complete episodes with the current policy
-        (synchronous waves, see the class docstring) and compute their advantages.
+        (see the class docstring) and compute their advantages.
 
         :param env: The training environment
         :param callback: Callback that will be called at each (vectorized) step
@@ -435,9 +453,16 @@ class GRPO(OnPolicyAlgorithm):
 
         members = self._plan_group_members(env, n_groups)
         n_envs = env.num_envs
-        for wave_start in range(0, len(members), n_envs):
-            if not self._collect_wave(env, callback, rollout_buffer, members[wave_start : wave_start + n_envs], use_masking):
+        if self._can_refill(env):
+            # one wave for the first n_envs members; every env that finishes is re-seeded with the next member
+            if not self._collect_wave(env, callback, rollout_buffer, members[:n_envs], use_masking, pending=members[n_envs:]):
                 return False
+        else:
+            for wave_start in range(0, len(members), n_envs):
+                if not self._collect_wave(
+                    env, callback, rollout_buffer, members[wave_start : wave_start + n_envs], use_masking
+                ):
+                    return False
 
         rollout_buffer.compute_advantages()
 
@@ -452,10 +477,13 @@ class GRPO(OnPolicyAlgorithm):
         rollout_buffer: GroupRolloutBuffer,
         wave_members: list[tuple[int, int, dict[str, Any]]],
         use_masking: bool,
+        pending: list[tuple[int, int, dict[str, Any]]] | None = None,
     ) -> bool:
         """
         Run one synchronous wave: reset every env with its member's seed/options and step until all
-        assigned episodes have ended; store each finished episode in the buffer.
+        assigned episodes have ended; store each finished episode in the buffer. With ``pending``
+        members, an env whose episode ends is immediately reset (``env_method("reset", seed, options)``)
+        with the next pending member instead of idling until the wave's longest episode ends.
 
         :param env: The training environment
         :param callback: Callback called at each vectorized step
@@ -463,10 +491,13 @@ class GRPO(OnPolicyAlgorithm):
         :param wave_members: ``(group_id, seed, options)`` for envs ``0..len(wave_members)-1``
             (at most ``n_envs``; remaining envs are stepped but ignored)
         :param use_masking: Whether to query and apply action masks
+        :param pending: Members still to run, assigned in order to envs as they finish (refill mode)
         :return: False if the callback asked to stop
         """
         n_envs = env.num_envs
         n_assigned = len(wave_members)
+        pending = list(pending or [])
+        slot_member = list(wave_members)  # the member each env is running
         # Envs without a member (last wave) get a copy of the last member's start; they are ignored
         padded = wave_members + [wave_members[-1]] * (n_envs - n_assigned)
         self._set_reset_seeds(env, [seed for _, seed, _ in padded])
@@ -475,11 +506,10 @@ class GRPO(OnPolicyAlgorithm):
 
         active = np.zeros(n_envs, dtype=bool)
         active[:n_assigned] = True
-        trajectories: list[dict[str, list[Any]]] = [
-            {"observations": [], "actions": [], "log_probs": [], "rewards": [], "action_masks": []} for _ in range(n_assigned)
-        ]
+        trajectories: list[dict[str, list[Any]]] = [_new_trajectory() for _ in range(n_assigned)]
+        trajectories += [_new_trajectory() for _ in range(n_envs - n_assigned)]
         is_dict_obs = isinstance(obs, dict)
-        wave_steps = 0
+        episode_steps = np.zeros(n_envs, dtype=np.int64)
 
         while active.any():
             action_masks = get_action_masks(env) if use_masking else None
@@ -494,7 +524,7 @@ class GRPO(OnPolicyAlgorithm):
                 clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
 
             new_obs, rewards, dones, infos = env.step(clipped_actions)
-            wave_steps += 1
+            episode_steps += 1
 
             recorded = np.flatnonzero(active)
             self.num_timesteps += len(recorded)
@@ -505,8 +535,8 @@ class GRPO(OnPolicyAlgorithm):
 
             self._update_info_buffer([infos[i] for i in recorded], dones[recorded])
 
-            cut = self.max_episode_steps is not None and wave_steps >= self.max_episode_steps
             for env_idx in recorded:
+                cut = self.max_episode_steps is not None and episode_steps[env_idx] >= self.max_episode_steps
                 trajectory = trajectories[env_idx]
                 if is_dict_obs:
                     trajectory["observations"].append({key: np.array(value[env_idx]) for key, value in obs.items()})  # type: ignore[union-attr]
@@ -521,7 +551,7 @@ class GRPO(OnPolicyAlgorithm):
                 if dones[env_idx] or cut:
                     truncated = bool(infos[env_idx].get("TimeLimit.truncated", False)) or not dones[env_idx]
                     rollout_buffer.add_episode(
-                        group_id=wave_members[env_idx][0],
+                        group_id=slot_member[env_idx][0],
                         observations=trajectory["observations"],
                         actions=trajectory["actions"],
                         log_probs=trajectory["log_probs"],
@@ -529,7 +559,19 @@ class GRPO(OnPolicyAlgorithm):
                         action_masks=trajectory["action_masks"] if action_masks is not None else None,
                         truncated=truncated,
                     )
-                    active[env_idx] = False
+                    if pending:
+                        member = pending.pop(0)
+                        slot_member[env_idx] = member
+                        reset_obs, _ = env.env_method("reset", seed=member[1], options=dict(member[2]), indices=[env_idx])[0]
+                        if is_dict_obs:
+                            for key in new_obs:  # type: ignore[union-attr]
+                                new_obs[key][env_idx] = reset_obs[key]  # type: ignore[index]
+                        else:
+                            new_obs[env_idx] = reset_obs  # type: ignore[index]
+                        trajectories[env_idx] = _new_trajectory()
+                        episode_steps[env_idx] = 0
+                    else:
+                        active[env_idx] = False
 
             obs = new_obs
 

@@ -87,7 +87,7 @@ class GRPOPolicy(BasePolicy):
 
         if isinstance(net_arch, dict):
             if "vf" in net_arch:
-                warnings.warn("GRPO policies have no value network: net_arch['vf'] is ignored.", UserWarning)
+                warnings.warn("GRPO policies have no value network: net_arch['vf'] is ignored.", UserWarning, stacklevel=2)
             net_arch = list(net_arch.get("pi", []))
         if net_arch is None:
             net_arch = [] if features_extractor_class == NatureCNN else [64, 64]
