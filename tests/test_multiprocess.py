@@ -12,8 +12,12 @@ The 8-process runs are ``slow`` (each process loads the model: ~30 s on 2 cores)
 from __future__ import annotations
 
 import hashlib
+import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -285,3 +289,24 @@ def test_gym_async_vector_env_8_processes(context):
         _check_process_info(vec.call("process_info"), 8)
     finally:
         vec.close()
+
+
+@pytest.mark.timeout(180)
+def test_fork_based_async_vector_env_keeps_chromadb_when_the_parent_never_searched():
+    """gymnasium builds one env in the parent before forking; collections start lazily, so children keep chromadb."""
+    code = textwrap.dedent(
+        """
+        import json, numpy as np, gymnasium as gym, edo_gym
+        envs = gym.make_vec("EDO-v0", num_envs=2, vectorization_mode="async")  # default context: fork on Linux
+        obs, info = envs.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            acts = np.array([int(rng.choice(np.flatnonzero(m))) if m.any() else 0 for m in info["action_mask"]])
+            obs, r, te, tr, info = envs.step(acts)
+        print(json.dumps([s.search_backend for s in envs.call("service")]))
+        envs.close()
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=170, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["chromadb", "chromadb"]

@@ -8,23 +8,26 @@ corpus; query embeddings and search results are memoised in bounded LRU caches, 
 a real embedding search and repeats are dictionary look-ups.
 
 Fork safety: chromadb's native runtime does not survive ``fork()``; in a child forked from a process that had
-started chromadb, every chromadb call blocks forever (this is what ``gym.make_vec(..., vectorization_mode=
-"async")`` does on Linux with the default ``fork`` context: it builds one env in the parent first). A service
-created in such a child therefore searches its shards with :class:`ExactCollection` (exact cosine top-k in
-numpy over the same vectors; it agrees with chromadb's HNSW index on >99.9% of queries) and warns once
-(:class:`ForkedChromaWarning`). The ``spawn`` and ``forkserver`` start methods keep chromadb.
+started chromadb, every chromadb call blocks forever. In-memory collections are therefore built at the first
+search, not at env construction: a parent that only builds an env (as ``gym.make_vec(..., vectorization_mode=
+"async")`` does on Linux with the default ``fork`` context, to read the spaces) never starts chromadb, and its
+children use chromadb normally. A child forked from a process that *had* searched searches its shards with
+:class:`ExactCollection` instead (exact cosine top-k in numpy over the same vectors; it agrees with chromadb's
+HNSW index on >99.9% of queries) and warns once (:class:`ForkedChromaWarning`). The ``spawn`` and
+``forkserver`` start methods always keep chromadb.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import threading
 import uuid
 import warnings
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,11 +96,29 @@ class QueryEncoder:
 class ShardRetriever:
     """Top-k search over one chromadb collection (a worker's knowledge shard), memoised per (query, k)."""
 
-    def __init__(self, collection: Any, encoder: QueryEncoder, domains: tuple[str, ...], cache_size: int) -> None:
+    def __init__(
+        self,
+        collection: Any,
+        encoder: QueryEncoder,
+        domains: tuple[str, ...],
+        cache_size: int,
+        factory: Callable[[], Any] | None = None,
+        size: int | None = None,
+    ) -> None:
+        """:param factory: builds the collection at the first search (``collection`` is then ``None`` and ``size``
+        gives the number of documents it will hold)."""
         self.collection = collection
+        self.factory = factory
         self.encoder = encoder
         self.domains = domains
-        self.size = collection.count() if collection is not None else 0
+        if collection is not None:
+            self.size = collection.count()
+        elif factory is not None:
+            if size is None:
+                raise ValueError("a lazily built ShardRetriever needs its size")
+            self.size = size
+        else:
+            self.size = 0
         self.memo = LRUCache(cache_size)
         self.searches = 0
         #: ``(service, worker index)`` when a ``RetrievalService`` built this retriever (lets it pickle).
@@ -118,6 +139,9 @@ class ShardRetriever:
         if hit is not None:
             return hit
         vector = self.encoder.encode(query)
+        if self.collection is None:
+            assert self.factory is not None
+            self.collection = self.factory()
         result = self.collection.query(query_embeddings=vector[None, :], n_results=min(k, self.size), include=[])
         ids = tuple(int(i) for i in result["ids"][0])
         self.searches += 1
@@ -245,7 +269,9 @@ class RetrievalService:
                 ForkedChromaWarning,
                 stacklevel=3,
             )
-        self.client = _chroma_client(config.chroma_dir) if self.search_backend == "chromadb" else None
+        # a persistent directory is built (or checked) now; in-memory collections at their first search
+        persistent = config.chroma_dir is not None
+        self.client = _chroma_client(config.chroma_dir) if self.search_backend == "chromadb" and persistent else None
         model_key = hashlib.sha256(self.model_id.encode()).hexdigest()[:8]
         by_domain = world.documents_by_domain()
         self.retrievers: list[ShardRetriever] = []
@@ -253,6 +279,7 @@ class RetrievalService:
         lock = _build_lock(config.chroma_dir) if self.client is not None else contextlib.nullcontext()
         with lock:  # processes sharing a chroma_dir build (or check) one at a time
             self._build_retrievers(world, config, shards, model_key, by_domain, built)
+        self._client_lock = threading.Lock()
         self.token_memo = LRUCache(config.query_cache_size)
         self._task_vectors: dict[str, np.ndarray] = {}
 
@@ -277,17 +304,42 @@ class RetrievalService:
                 name += f"-w{w}-{uuid.uuid4().hex[:8]}" if config.chroma_dir is None else f"-w{w}"
             elif config.chroma_dir is None:
                 name += f"-{uuid.uuid4().hex[:8]}"  # in-memory clients of one process share a backend
-            if not indices:
-                collection = None
-            elif self.client is None:
-                collection = ExactCollection(self.doc_vectors, indices)
-            else:
-                collection = build_collection(self.client, name, self.doc_vectors, indices, config.chroma_dir is not None)
             encoder = self.encoders[w if config.mode == "per_worker" else 0]
-            retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
+            if not indices:
+                retriever = ShardRetriever(None, encoder, key, config.result_cache_size)
+            elif config.chroma_dir is None:
+                # In memory, chromadb starts at the first search: a process that only builds envs (e.g. the parent of
+                # gymnasium's fork-based AsyncVectorEnv) never starts it, so the children it forks can use it.
+                factory = functools.partial(self._make_collection, name, indices)
+                retriever = ShardRetriever(None, encoder, key, config.result_cache_size, factory=factory, size=len(indices))
+            else:
+                collection = (
+                    build_collection(self.client, name, self.doc_vectors, indices, persistent=True)
+                    if self.client is not None
+                    else ExactCollection(self.doc_vectors, indices)
+                )
+                retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
             retriever.origin = (self, w)
             built[key] = retriever
             self.retrievers.append(retriever)
+
+    def _make_collection(self, name: str, indices: Sequence[int]) -> Any:
+        """Build an in-memory shard collection: chromadb, or exact numpy search where chromadb cannot run."""
+        if not chroma_usable():
+            if self.search_backend != "exact":
+                self.search_backend = "exact"
+                warnings.warn(
+                    f"this process (pid {os.getpid()}) was forked after chromadb started in process {_CHROMA_PID}; "
+                    "chromadb cannot run here (its calls would hang), so shards are searched exactly in numpy instead. "
+                    "Use the 'spawn' or 'forkserver' start method to keep chromadb.",
+                    ForkedChromaWarning,
+                    stacklevel=4,
+                )
+            return ExactCollection(self.doc_vectors, indices)
+        with self._client_lock:
+            if self.client is None:
+                self.client = _chroma_client(None)
+            return build_collection(self.client, name, self.doc_vectors, indices, persistent=False)
 
     def __reduce__(self) -> Any:
         # Embedder, chromadb client and caches are per process: a pickled service is the target process's own
