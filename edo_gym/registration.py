@@ -8,15 +8,16 @@ import gymnasium as gym
 
 ENTRY_POINT = "edo_gym.envs.edo_env:EDOEnv"
 
-#: id -> keyword arguments for ``EDOEnv`` (see ``EDOConfig.from_kwargs``).
+#: id -> keyword arguments for ``EDOEnv`` (see ``EDOConfig.from_kwargs``). Flat ``section_field`` keys, so that
+#: ``gym.make(id, tasks={...})`` (which gymnasium merges shallowly into these) overrides single fields only.
 VARIANTS: dict[str, dict[str, Any]] = {
     "EDO-v0": {},
-    "EDO-Easy-v0": {"tasks": {"min_hops": 1, "max_hops": 2}, "planner": {"error_rate": 0.05}},
-    "EDO-Hard-v0": {"tasks": {"min_hops": 3, "max_hops": 6}, "planner": {"error_rate": 0.35}},
-    "EDO-LongHorizon-v0": {"tasks": {"families": ("multihop", "analytics"), "min_hops": 8, "max_hops": 12}},
-    "EDO-Support-v0": {"tasks": {"families": ("support",)}},
-    "EDO-MultiHop-v0": {"tasks": {"families": ("multihop",)}},
-    "EDO-Analytics-v0": {"tasks": {"families": ("analytics",)}},
+    "EDO-Easy-v0": {"tasks_min_hops": 1, "tasks_max_hops": 2, "planner_error_rate": 0.05},
+    "EDO-Hard-v0": {"tasks_min_hops": 3, "tasks_max_hops": 6, "planner_error_rate": 0.35},
+    "EDO-LongHorizon-v0": {"tasks_families": ("multihop", "analytics"), "tasks_min_hops": 8, "tasks_max_hops": 12},
+    "EDO-Support-v0": {"tasks_families": ("support",)},
+    "EDO-MultiHop-v0": {"tasks_families": ("multihop",)},
+    "EDO-Analytics-v0": {"tasks_families": ("analytics",)},
 }
 
 
