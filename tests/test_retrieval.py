@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -266,3 +267,16 @@ def test_env_built_on_a_truncated_corpus_cache_rebuilds_it(env, tmp_path, small_
         np.testing.assert_array_equal(reloaded, small.unwrapped.service.doc_vectors)
     finally:
         small.close()
+
+
+def test_cache_files_are_readable_by_others_as_the_umask_allows(tmp_path):
+    from edo_gym.retrieval.cache import EmbeddingCache
+
+    old = os.umask(0o022)
+    try:
+        cache = EmbeddingCache(tmp_path)
+        cache.load_or_build("unit", "model-x", ["a", "b"], lambda texts: np.ones((len(texts), 3), dtype=np.float32))
+    finally:
+        os.umask(old)
+    (path,) = tmp_path.glob("unit-*.npz")
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -41,6 +41,12 @@ def default_cache_dir() -> Path:
     return base / "edo_gym"
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def texts_hash(texts: list[str]) -> str:
     h = hashlib.sha256()
     for t in texts:
@@ -157,6 +163,7 @@ class EmbeddingCache:
         try:
             fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
             try:
+                os.fchmod(fd, 0o666 & ~_current_umask())  # mkstemp creates 0600; a shared cache dir must stay readable
                 with os.fdopen(fd, "wb") as fh:
                     np.savez(fh, vectors=vectors, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8))
                     fh.flush()
