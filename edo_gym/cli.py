@@ -1,4 +1,5 @@
-"""``edo`` command line: ``edo demo`` (heuristic policies on EDO-v0), more subcommands in later modules."""
+"""``edo`` command line: ``edo demo`` (heuristic policies on EDO-v0), ``edo train`` (GRPO / PPO / MaskablePPO, then
+the held-out evaluation table) and ``edo evaluate PATH`` (a saved model next to the heuristics)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,67 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def _count(text: str) -> int:
+    """A positive integer, with a clear message for non-integers too."""
+    value = _parse_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _parse_int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _net_arch(text: str) -> list[int]:
+    """``"64,64"`` -> ``[64, 64]``; ``""`` or ``"none"`` -> ``[]`` (linear policy)."""
+    if text.strip().lower() in ("", "none"):
+        return []
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers like 64,64, got {text!r}") from None
+    if any(size < 1 for size in sizes):
+        raise argparse.ArgumentTypeError(f"layer sizes must be positive, got {text!r}")
+    return sizes
+
+
+def _batch_size(text: str) -> int | None:
+    if text.strip().lower() in ("none", "all"):
+        return None
+    return _count(text)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -41,6 +103,87 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from baselines.training import TrainConfig, check_env_id, train
+
+    try:
+        check_env_id(args.env)
+        cfg = TrainConfig(
+            algo=args.algo,
+            env_id=args.env,
+            total_timesteps=args.timesteps,
+            seed=args.seed,
+            n_envs=args.n_envs,
+            net_arch=args.net_arch,
+            learning_rate=args.learning_rate,
+            ent_coef=args.ent_coef,
+            batch_size=args.batch_size,
+            n_epochs=args.n_epochs,
+            group_size=args.group_size,
+            groups_per_rollout=args.groups_per_rollout,
+            normalize_std=args.normalize_std,
+            n_steps=args.n_steps,
+            output_dir=args.output_dir,
+            tensorboard_log=args.tensorboard_dir,
+            eval_episodes=args.eval_episodes,
+            eval_seed=args.eval_seed,
+            progress_bar=not args.no_progress,
+            vec_env=args.vec_env,
+            verbose=args.verbose,
+        )
+    except ValueError as exc:
+        print(f"edo train: error: {exc}", file=sys.stderr)
+        return 2
+    arch = ",".join(map(str, cfg.net_arch)) or "linear"
+    print(
+        f"Training {cfg.algo} on {cfg.env_id}: {cfg.total_timesteps} steps, seed {cfg.seed}, {cfg.n_envs} envs, net_arch {arch}",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    _, result = train(cfg)
+    print(
+        f"Trained {result.num_timesteps} steps in {result.train_wall_s:.1f} s ({result.steps_per_s:.0f} steps/s), "
+        f"{result.n_params} policy parameters; saved {result.model_path}",
+        flush=True,
+    )
+    if result.results:
+        print(
+            f"\n{cfg.algo} vs heuristics on {cfg.env_id}, {result.results[-1].episodes} held-out tasks (test split), "
+            f"eval seed {cfg.eval_seed} (evaluation {result.eval_wall_s:.1f} s):\n"
+        )
+        print(result.table)
+        by_name = {r.policy: r for r in result.results}
+        if "static_pipeline" in by_name:
+            learned, static = by_name[cfg.algo], by_name["static_pipeline"]
+            clearly = learned.success_ci95[0] > static.success_ci95[1]
+            verdict = "beats" if clearly else "does not clearly beat"
+            detail = "95% intervals disjoint" if clearly else "95% intervals overlap"
+            print(
+                f"\n{cfg.algo} success {learned.success_rate:.3f} {verdict} "
+                f"the static pipeline's {static.success_rate:.3f} ({detail})"
+            )
+    print(f"\nTotal wall time {time.perf_counter() - t0:.1f} s", flush=True)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from baselines.evaluation import format_table
+    from baselines.training import check_env_id, evaluate_saved, infer_algo
+
+    try:
+        check_env_id(args.env)
+        algo = args.algo or infer_algo(args.path)
+        results = evaluate_saved(
+            args.path, args.env, args.episodes, seed=args.seed, algo=algo, heuristics=not args.no_heuristics, progress=True
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"edo evaluate: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"\n{algo} model {args.path} on {args.env}, {results[-1].episodes} held-out tasks (test split), seed {args.seed}:\n")
+    print(format_table(results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edo", description="EDO-Gym: learned orchestration of multi-agent LLM systems")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -49,6 +192,68 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--episodes", type=_positive_int, default=300, help="held-out tasks to evaluate (default: 300)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=cmd_demo)
+
+    from baselines.training import ALGOS, VEC_ENV_KINDS, TrainConfig
+
+    d = TrainConfig()  # the defaults (the tuned `make train` run)
+    tr = sub.add_parser(
+        "train",
+        help="train GRPO / PPO / MaskablePPO on an EDO env, save it, evaluate it next to the heuristics",
+        description="Train on the env's train split, save OUTPUT_DIR/<algo>_<env>_<seed>.zip, then evaluate the model "
+        "and the heuristic policies on the first EVAL_EPISODES held-out (test split) tasks.",
+    )
+    dft = " (default: %(default)s)"
+    tr.add_argument("--algo", choices=ALGOS, default=d.algo, help="algorithm; ppo = stock PPO without action masks" + dft)
+    tr.add_argument("--env", default=d.env_id, help="registered env id" + dft)
+    tr.add_argument("--timesteps", type=_count, default=d.total_timesteps, help="env steps to train on" + dft)
+    tr.add_argument("--seed", type=_non_negative_int, default=d.seed, help="training seed" + dft)
+    tr.add_argument("--n-envs", type=_count, default=d.n_envs, help="parallel training envs (DummyVecEnv)" + dft)
+    tr.add_argument(
+        "--net-arch",
+        type=_net_arch,
+        default=d.net_arch,
+        help=f"hidden layer sizes, comma-separated, e.g. 64,64 (default: {','.join(map(str, d.net_arch))})",
+    )
+    tr.add_argument("--learning-rate", "--lr", type=_positive_float, default=d.learning_rate, help="Adam step size" + dft)
+    tr.add_argument("--ent-coef", type=_non_negative_float, default=d.ent_coef, help="entropy bonus coefficient" + dft)
+    tr.add_argument(
+        "--batch-size", type=_batch_size, default=d.batch_size, help="minibatch size in steps; 'all': GRPO only" + dft
+    )
+    tr.add_argument("--n-epochs", type=_count, default=d.n_epochs, help="passes over each rollout" + dft)
+    tr.add_argument("--group-size", type=_count, default=d.group_size, help="GRPO: episodes per group, >= 2" + dft)
+    tr.add_argument("--groups-per-rollout", type=_count, default=d.groups_per_rollout, help="GRPO: groups per update" + dft)
+    norm = tr.add_mutually_exclusive_group()
+    norm.add_argument(
+        "--no-std-normalization",
+        dest="normalize_std",
+        action="store_false",
+        help="GRPO: only centre each group's returns (Dr. GRPO)" + (" (the default)" if not d.normalize_std else ""),
+    )
+    norm.add_argument(
+        "--std-normalization",
+        dest="normalize_std",
+        action="store_true",
+        help="GRPO: also divide by the group's return std (standard GRPO)" + (" (the default)" if d.normalize_std else ""),
+    )
+    tr.set_defaults(normalize_std=d.normalize_std)
+    tr.add_argument("--n-steps", type=_count, default=d.n_steps, help="PPO/MaskablePPO: steps per env per rollout" + dft)
+    tr.add_argument("--output-dir", default=d.output_dir, help="where <algo>_<env>_<seed>.zip and .json go" + dft)
+    tr.add_argument("--tensorboard-dir", default=d.tensorboard_log, help="TensorBoard log dir (default: no logging)")
+    tr.add_argument("--eval-episodes", type=_non_negative_int, default=d.eval_episodes, help="held-out tasks, 0: skip" + dft)
+    tr.add_argument("--eval-seed", type=_non_negative_int, default=d.eval_seed, help="evaluation seed" + dft)
+    tr.add_argument("--vec-env", choices=VEC_ENV_KINDS, default=d.vec_env, help="training VecEnv" + dft)
+    tr.add_argument("--no-progress", action="store_true", help="no progress bars")
+    tr.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d.verbose, help="SB3 log verbosity" + dft)
+    tr.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("evaluate", help="evaluate a saved model next to the heuristics on held-out tasks")
+    ev.add_argument("path", help="a model saved by `edo train` (.zip)")
+    ev.add_argument("--algo", choices=ALGOS, default=None, help="algorithm of the model (default: read from the zip)")
+    ev.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
+    ev.add_argument("--episodes", type=_count, default=200, help="held-out tasks to evaluate (default: 200)")
+    ev.add_argument("--seed", type=_non_negative_int, default=0)
+    ev.add_argument("--no-heuristics", action="store_true", help="evaluate only the model")
+    ev.set_defaults(func=cmd_evaluate)
     return parser
 
 

@@ -1,0 +1,532 @@
+"""Train GRPO / PPO / MaskablePPO on an EDO env, save the model and evaluate it next to the heuristics.
+
+Typical use::
+
+    from baselines.training import TrainConfig, train
+
+    model, result = train(TrainConfig(algo="grpo", env_id="EDO-v0", total_timesteps=200_000))
+    print(result.table)
+
+or from the shell: ``edo train --algo grpo --timesteps 200000`` and ``edo evaluate runs/grpo_EDO-v0_0.zip``.
+
+Every algorithm gets the same actor ``net_arch`` (PPO/MaskablePPO get an equally sized critic,
+``net_arch=dict(pi=net_arch, vf=net_arch)``; GRPO has no critic). Stock PPO is trained without action masks:
+the env penalises illegal actions (``illegal_action_penalty``) and ignores them. MaskablePPO and GRPO use the
+env's ``action_masks()``. GRPO groups episodes by task (``group_mode="task_id"``) on envs that expose
+``num_tasks``, by reset seed otherwise.
+
+The held-out evaluation runs the trained model (deterministic actions) and the four heuristic policies on the
+same first ``eval_episodes`` tasks of the env's ``test`` split with the same per-episode seeds
+(:mod:`baselines.evaluation`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import gymnasium as gym  # noqa: E402
+import torch as th  # noqa: E402
+from stable_baselines3.common.base_class import BaseAlgorithm  # noqa: E402
+from stable_baselines3.common.callbacks import ProgressBarCallback  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv  # noqa: E402
+
+from baselines.evaluation import (  # noqa: E402
+    EvalResult,
+    evaluate_heuristic,
+    evaluate_model,
+    format_table,
+    heldout_task_ids,
+    make_eval_env,
+)
+from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
+
+#: Algorithms ``train`` knows, by name.
+ALGOS: tuple[str, ...] = ("grpo", "ppo", "maskable_ppo")
+VEC_ENV_KINDS: tuple[str, ...] = ("dummy", "subproc")
+GROUP_MODES: tuple[str | None, ...] = (None, "seed", "task_id")
+SUPERVISIONS: tuple[str, ...] = ("outcome", "process")
+
+
+def _algo_class(algo: str) -> type[BaseAlgorithm]:
+    if algo == "grpo":
+        from baselines.grpo import GRPO
+
+        return GRPO
+    if algo == "ppo":
+        from stable_baselines3 import PPO
+
+        return PPO
+    if algo == "maskable_ppo":
+        from sb3_contrib import MaskablePPO
+
+        return MaskablePPO
+    raise ValueError(f"unknown algo {algo!r}; choose from {list(ALGOS)}")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; ``validate()`` (called by ``__post_init__``) raises clear ``ValueError``s.
+
+    The defaults are the tuned ``make train`` run: GRPO (Dr. GRPO advantages, entropy bonus) on EDO-v0,
+    300k env steps: 2-7 minutes on 2 CPU cores (750-2,300 steps/s measured, depending on load) plus a few seconds
+    of held-out evaluation. With GRPO's standard std normalisation (``normalize_std=True``) training collapsed to
+    "submit at once" on EDO-v0 in our runs: in groups where no member succeeds, the return differences are
+    only the small cost differences, and dividing by their std turns them into unit-sized advantages that
+    reward the cheapest (shortest) episode. Centring only (``normalize_std=False``) keeps them small.
+    """
+
+    #: ``"grpo"``, ``"ppo"`` (stock, no masks) or ``"maskable_ppo"`` (sb3-contrib).
+    algo: str = "grpo"
+    #: Registered env id (``edo_gym.registration.VARIANTS``) or any Gymnasium id.
+    env_id: str = "EDO-v0"
+    #: Env steps to train on (GRPO finishes the rollout that reaches it, so it overshoots by < one rollout).
+    total_timesteps: int = 300_000
+    seed: int = 0
+    #: Parallel envs of the training VecEnv.
+    n_envs: int = 16
+    #: Hidden layer sizes of the actor (and, for PPO, of the critic too).
+    net_arch: list[int] = field(default_factory=lambda: [128, 128])
+    learning_rate: float = 5e-4
+    ent_coef: float = 0.01
+    #: Minibatch size in steps; ``None`` (GRPO only) = the whole rollout as one minibatch.
+    batch_size: int | None = 512
+    n_epochs: int = 4
+    clip_range: float = 0.2
+    max_grad_norm: float = 0.5
+    target_kl: float | None = None
+    # -- GRPO -----------------------------------------------------------------------------------------------------
+    group_size: int = 8
+    groups_per_rollout: int = 16
+    #: ``None`` = ``"task_id"`` when the env exposes ``num_tasks`` (all EDO envs), else ``"seed"``.
+    group_mode: str | None = None
+    clip_range_high: float | None = None
+    #: Divide group-centred returns by the group std (GRPO); False = Dr. GRPO (centring only), see the class doc.
+    normalize_std: bool = False
+    supervision: str = "outcome"
+    kl_coef: float = 0.0
+    # -- PPO / MaskablePPO ----------------------------------------------------------------------------------------
+    #: Steps per env per rollout (PPO rollout = ``n_steps * n_envs`` steps).
+    n_steps: int = 256
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    vf_coef: float = 0.5
+    # -- run ------------------------------------------------------------------------------------------------------
+    output_dir: str = "runs"
+    #: TensorBoard log dir; ``None`` = no TensorBoard logging.
+    tensorboard_log: str | None = None
+    #: Held-out (test split) tasks to evaluate on after training; 0 = skip the evaluation.
+    eval_episodes: int = 200
+    eval_seed: int = 0
+    #: Also evaluate the four heuristic policies on the same tasks (the comparison table).
+    eval_heuristics: bool = True
+    progress_bar: bool = True
+    verbose: int = 0
+    #: ``"dummy"`` (one process: envs share the embedding model) or ``"subproc"`` (one process per env, ~5 s each).
+    vec_env: str = "dummy"
+    #: torch intra-op threads (``None`` leaves torch's default).
+    torch_threads: int | None = 1
+    device: str = "cpu"
+    #: Extra keyword arguments for ``gym.make`` of the training env (and of the evaluation env).
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.net_arch, tuple):
+            self.net_arch = list(self.net_arch)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ValueError(f"TrainConfig: {message}")
+
+        def is_int(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def is_num(value: Any) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        need(self.algo in ALGOS, f"algo must be one of {list(ALGOS)}, got {self.algo!r}")
+        need(isinstance(self.env_id, str) and bool(self.env_id), f"env_id must be a non-empty string, got {self.env_id!r}")
+        need(
+            is_int(self.total_timesteps) and self.total_timesteps >= 1,
+            f"total_timesteps must be an int >= 1, got {self.total_timesteps!r}",
+        )
+        need(is_int(self.seed) and self.seed >= 0, f"seed must be an int >= 0, got {self.seed!r}")
+        need(is_int(self.n_envs) and self.n_envs >= 1, f"n_envs must be an int >= 1, got {self.n_envs!r}")
+        need(
+            isinstance(self.net_arch, list) and all(is_int(h) and h >= 1 for h in self.net_arch),
+            f"net_arch must be a list of positive ints (hidden layer sizes), got {self.net_arch!r}",
+        )
+        need(is_num(self.learning_rate) and self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate!r}")
+        need(is_num(self.ent_coef) and self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef!r}")
+        if self.batch_size is None:
+            need(self.algo == "grpo", "batch_size=None (whole rollout) is only supported by grpo")
+        else:
+            need(
+                is_int(self.batch_size) and self.batch_size >= 1,
+                f"batch_size must be an int >= 1 or None, got {self.batch_size!r}",
+            )
+        need(is_int(self.n_epochs) and self.n_epochs >= 1, f"n_epochs must be an int >= 1, got {self.n_epochs!r}")
+        need(is_num(self.clip_range) and 0 < self.clip_range < 1, f"clip_range must be in (0, 1), got {self.clip_range!r}")
+        need(is_num(self.max_grad_norm) and self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
+        need(
+            self.target_kl is None or (is_num(self.target_kl) and self.target_kl > 0),
+            f"target_kl must be > 0 or None, got {self.target_kl!r}",
+        )
+        need(is_int(self.group_size) and self.group_size >= 2, f"group_size must be an int >= 2, got {self.group_size!r}")
+        need(
+            is_int(self.groups_per_rollout) and self.groups_per_rollout >= 1,
+            f"groups_per_rollout must be an int >= 1, got {self.groups_per_rollout!r}",
+        )
+        need(self.group_mode in GROUP_MODES, f"group_mode must be one of {list(GROUP_MODES)}, got {self.group_mode!r}")
+        need(
+            self.clip_range_high is None or (is_num(self.clip_range_high) and self.clip_range_high > 0),
+            f"clip_range_high must be > 0 or None, got {self.clip_range_high!r}",
+        )
+        need(self.supervision in SUPERVISIONS, f"supervision must be one of {list(SUPERVISIONS)}, got {self.supervision!r}")
+        need(is_num(self.kl_coef) and self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef!r}")
+        need(is_int(self.n_steps) and self.n_steps >= 1, f"n_steps must be an int >= 1, got {self.n_steps!r}")
+        if self.algo != "grpo" and self.batch_size is not None:
+            need(self.n_steps * self.n_envs >= 2, "n_steps * n_envs must be >= 2 for PPO")
+        need(is_num(self.gamma) and 0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma!r}")
+        need(is_num(self.gae_lambda) and 0 <= self.gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {self.gae_lambda!r}")
+        need(is_num(self.vf_coef) and self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef!r}")
+        need(
+            isinstance(self.output_dir, (str, os.PathLike)) and str(self.output_dir) != "",
+            "output_dir must be a non-empty path",
+        )
+        need(
+            is_int(self.eval_episodes) and self.eval_episodes >= 0,
+            f"eval_episodes must be an int >= 0, got {self.eval_episodes!r}",
+        )
+        need(is_int(self.eval_seed) and self.eval_seed >= 0, f"eval_seed must be an int >= 0, got {self.eval_seed!r}")
+        need(self.vec_env in VEC_ENV_KINDS, f"vec_env must be one of {list(VEC_ENV_KINDS)}, got {self.vec_env!r}")
+        need(
+            self.torch_threads is None or (is_int(self.torch_threads) and self.torch_threads >= 1),
+            f"torch_threads must be an int >= 1 or None, got {self.torch_threads!r}",
+        )
+        need(isinstance(self.env_kwargs, dict), f"env_kwargs must be a dict, got {type(self.env_kwargs).__name__}")
+
+    @property
+    def model_path(self) -> Path:
+        """``output_dir/<algo>_<env>_<seed>.zip``."""
+        return Path(self.output_dir) / f"{self.algo}_{self.env_id.replace('/', '_').replace(':', '_')}_{self.seed}.zip"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` did: where the model is, how long it took, and the held-out evaluation table."""
+
+    config: TrainConfig
+    model_path: Path
+    #: Env steps actually trained on (GRPO overshoots ``total_timesteps`` by < one rollout).
+    num_timesteps: int
+    train_wall_s: float
+    eval_wall_s: float
+    #: Trainable parameters of the policy (GRPO: actor only; PPO: actor and critic).
+    n_params: int
+    #: Heuristic rows (if evaluated) then the model's row; empty when ``eval_episodes == 0``.
+    results: list[EvalResult] = field(default_factory=list)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.num_timesteps / self.train_wall_s if self.train_wall_s > 0 else 0.0
+
+    @property
+    def table(self) -> str:
+        return format_table(self.results) if self.results else "(no evaluation)"
+
+    @property
+    def model_result(self) -> EvalResult | None:
+        """The trained model's row of the evaluation (``None`` if not evaluated)."""
+        return self.results[-1] if self.results else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.as_dict(),
+            "model_path": str(self.model_path),
+            "num_timesteps": self.num_timesteps,
+            "train_wall_s": self.train_wall_s,
+            "steps_per_s": self.steps_per_s,
+            "eval_wall_s": self.eval_wall_s,
+            "n_params": self.n_params,
+            "results": [r.as_dict() for r in self.results],
+        }
+
+
+class RecordedStepsProgressBar(ProgressBarCallback):
+    """SB3's progress bar, advanced by the algorithm's recorded ``num_timesteps``.
+
+    SB3's own bar adds ``n_envs`` per vectorized step; GRPO steps some envs without recording the steps (envs
+    without a group member at the end of a rollout, or idle envs of a synchronous wave), so that bar runs ahead
+    of ``num_timesteps`` (it showed 2.2x the recorded steps on EDO-v0 with wave-only collection). This one does not.
+    """
+
+    def _on_training_start(self) -> None:
+        super()._on_training_start()
+        self._start = self.model.num_timesteps
+
+    def _on_step(self) -> bool:
+        done = self.model.num_timesteps - self._start
+        if done > self.pbar.n:
+            self.pbar.update(done - self.pbar.n)
+        return True
+
+
+def count_parameters(model: BaseAlgorithm) -> int:
+    """Trainable parameters of ``model.policy``."""
+    return sum(p.numel() for p in model.policy.parameters() if p.requires_grad)
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` (listing the EDO ids) if ``env_id`` is not a registered Gymnasium id."""
+    _ensure_registered(env_id)
+
+
+def _ensure_registered(env_id: str) -> None:
+    import edo_gym  # noqa: F401 - registers the EDO ids
+
+    if env_id not in gym.registry and ":" not in env_id:
+        raise ValueError(f"unknown env id {env_id!r}; registered EDO ids: {sorted(_edo_ids())}")
+
+
+def _edo_ids() -> list[str]:
+    from edo_gym.registration import VARIANTS
+
+    return list(VARIANTS)
+
+
+def make_train_env(cfg: TrainConfig) -> VecEnv:
+    """The training VecEnv: ``cfg.n_envs`` copies of ``cfg.env_id`` (train split), each wrapped in ``Monitor``."""
+    _ensure_registered(cfg.env_id)
+    vec_cls = DummyVecEnv if cfg.vec_env == "dummy" else SubprocVecEnv
+    # make_vec_env would ask for render_mode="rgb_array", which EDO does not support
+    env_kwargs = {"render_mode": None, **cfg.env_kwargs}
+    return make_vec_env(cfg.env_id, n_envs=cfg.n_envs, seed=cfg.seed, vec_env_cls=vec_cls, env_kwargs=env_kwargs)
+
+
+def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
+    """Build the (untrained) algorithm of ``cfg`` on ``env`` with ``MultiInputPolicy`` for Dict observations."""
+    cls = _algo_class(cfg.algo)
+    policy = "MultiInputPolicy" if isinstance(env.observation_space, gym.spaces.Dict) else "MlpPolicy"
+    common: dict[str, Any] = dict(
+        learning_rate=cfg.learning_rate,
+        n_epochs=cfg.n_epochs,
+        ent_coef=cfg.ent_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        target_kl=cfg.target_kl,
+        tensorboard_log=cfg.tensorboard_log,
+        verbose=cfg.verbose,
+        seed=cfg.seed,
+        device=cfg.device,
+    )
+    if cfg.algo == "grpo":
+        group_mode = cfg.group_mode
+        if group_mode is None:
+            group_mode = "task_id" if _has_num_tasks(env) else "seed"
+        return cls(
+            policy,
+            env,
+            group_size=cfg.group_size,
+            groups_per_rollout=cfg.groups_per_rollout,
+            batch_size=cfg.batch_size,
+            clip_range=cfg.clip_range,
+            clip_range_high=cfg.clip_range_high,
+            kl_coef=cfg.kl_coef,
+            normalize_std=cfg.normalize_std,
+            supervision=cfg.supervision,
+            group_mode=group_mode,
+            policy_kwargs=dict(net_arch=list(cfg.net_arch)),
+            **common,
+        )
+    n_envs = env.num_envs if isinstance(env, VecEnv) else 1
+    batch_size = min(cfg.batch_size or 64, cfg.n_steps * n_envs)
+    return cls(
+        policy,
+        env,
+        n_steps=cfg.n_steps,
+        batch_size=batch_size,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=cfg.clip_range,
+        vf_coef=cfg.vf_coef,
+        policy_kwargs=dict(net_arch=dict(pi=list(cfg.net_arch), vf=list(cfg.net_arch))),
+        **common,
+    )
+
+
+def _has_num_tasks(env: VecEnv | gym.Env) -> bool:
+    if isinstance(env, VecEnv):
+        return bool(env.has_attr("num_tasks"))
+    return hasattr(env.unwrapped, "num_tasks")
+
+
+def evaluate_with_heuristics(
+    model: Any,
+    env_id: str,
+    episodes: int = 200,
+    seed: int = 0,
+    name: str = "model",
+    heuristics: bool = True,
+    progress: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[EvalResult]:
+    """Evaluate ``model`` (and the four heuristics) on the first ``episodes`` held-out tasks of ``env_id``.
+
+    :return: one ``EvalResult`` per heuristic (``HEURISTICS`` order) then the model's, last
+    """
+    _ensure_registered(env_id)
+    env = make_eval_env(env_id, **(env_kwargs or {}))
+    try:
+        task_ids = heldout_task_ids(env, episodes)
+        results = []
+        if heuristics:
+            for heuristic in HEURISTICS:
+                results.append(evaluate_heuristic(make_heuristic(heuristic), env, task_ids, seed=seed, progress=progress))
+        results.append(evaluate_model(model, env, task_ids, seed=seed, name=name, progress=progress))
+    finally:
+        env.close()
+    return results
+
+
+def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
+    """Train ``cfg.algo`` on ``cfg.env_id``, save it to ``cfg.model_path`` (plus a ``.json`` summary) and evaluate it.
+
+    :return: the trained model and a :class:`TrainResult` (``result.table`` is the comparison table)
+    """
+    cfg.validate()
+    if cfg.torch_threads is not None:
+        th.set_num_threads(cfg.torch_threads)
+    env = make_train_env(cfg)
+    try:
+        model = make_algo(cfg, env)
+        t0 = time.perf_counter()
+        # progress_bar: SB3's bar, counting recorded steps (see RecordedStepsProgressBar)
+        model.learn(
+            total_timesteps=cfg.total_timesteps,
+            callback=RecordedStepsProgressBar() if cfg.progress_bar else None,
+            tb_log_name=f"{cfg.algo}_{cfg.env_id}",
+        )
+        train_wall_s = time.perf_counter() - t0
+    finally:
+        env.close()
+    path = cfg.model_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(path)
+
+    results: list[EvalResult] = []
+    t1 = time.perf_counter()
+    if cfg.eval_episodes > 0:
+        results = evaluate_with_heuristics(
+            model,
+            cfg.env_id,
+            cfg.eval_episodes,
+            seed=cfg.eval_seed,
+            name=cfg.algo,
+            heuristics=cfg.eval_heuristics,
+            progress=cfg.progress_bar,
+            env_kwargs=cfg.env_kwargs,
+        )
+    eval_wall_s = time.perf_counter() - t1
+    result = TrainResult(
+        config=cfg,
+        model_path=path,
+        num_timesteps=int(model.num_timesteps),
+        train_wall_s=train_wall_s,
+        eval_wall_s=eval_wall_s,
+        n_params=count_parameters(model),
+        results=results,
+    )
+    path.with_suffix(".json").write_text(json.dumps(result.as_dict(), indent=2, default=str))
+    return model, result
+
+
+def infer_algo(path: str | os.PathLike) -> str:
+    """The algo name (``ALGOS``) of a model saved by SB3 (``model.save``), read from the zip's ``data`` entry."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no saved model at {path}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data").decode("utf-8"))
+    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a model saved by Stable-Baselines3 ({exc}); pass algo= explicitly") from exc
+    if "group_size" in data and "groups_per_rollout" in data:
+        return "grpo"
+    policy_module = str(data.get("policy_class", {}).get("__module__", ""))
+    if policy_module.startswith("sb3_contrib.common.maskable"):
+        return "maskable_ppo"
+    if policy_module.startswith("stable_baselines3") and "n_steps" in data and "clip_range" in data:
+        return "ppo"
+    raise ValueError(f"cannot tell which algorithm saved {path} (policy module {policy_module!r}); pass algo= explicitly")
+
+
+def load_model(path: str | os.PathLike, algo: str | None = None, device: str = "cpu") -> BaseAlgorithm:
+    """Load a saved model; ``algo=None`` infers the class from the zip (:func:`infer_algo`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no saved model at {path}")
+    if algo is None:
+        algo = infer_algo(path)
+    if algo not in ALGOS:
+        raise ValueError(f"unknown algo {algo!r}; choose from {list(ALGOS)}")
+    return _algo_class(algo).load(path, device=device)
+
+
+def evaluate_saved(
+    path: str | os.PathLike,
+    env_id: str = "EDO-v0",
+    episodes: int = 200,
+    seed: int = 0,
+    algo: str | None = None,
+    heuristics: bool = True,
+    progress: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[EvalResult]:
+    """Load the model at ``path`` and evaluate it next to the heuristics on held-out tasks (see :func:`train`).
+
+    :return: heuristic rows (``HEURISTICS`` order) then the model's row; ``format_table`` prints them
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    algo = algo or infer_algo(path)
+    model = load_model(path, algo)
+    return evaluate_with_heuristics(
+        model, env_id, episodes, seed, name=algo, heuristics=heuristics, progress=progress, env_kwargs=env_kwargs
+    )
+
+
+__all__ = [
+    "ALGOS",
+    "RecordedStepsProgressBar",
+    "TrainConfig",
+    "check_env_id",
+    "TrainResult",
+    "count_parameters",
+    "evaluate_saved",
+    "evaluate_with_heuristics",
+    "infer_algo",
+    "load_model",
+    "make_algo",
+    "make_train_env",
+    "train",
+]

@@ -1,0 +1,258 @@
+"""Tests of baselines/training.py and the `edo train` / `edo evaluate` commands (tiny budgets)."""
+
+import json
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch as th  # noqa: E402
+
+from baselines.heuristics import HEURISTICS  # noqa: E402
+from baselines.training import (  # noqa: E402
+    ALGOS,
+    RecordedStepsProgressBar,
+    TrainConfig,
+    evaluate_saved,
+    infer_algo,
+    load_model,
+    make_algo,
+    make_train_env,
+    train,
+)
+from edo_gym.cli import build_parser, main  # noqa: E402
+
+th.set_num_threads(1)
+
+TINY = dict(
+    total_timesteps=64,
+    n_envs=2,
+    group_size=2,
+    groups_per_rollout=2,
+    n_steps=32,
+    batch_size=32,
+    n_epochs=1,
+    net_arch=[16],
+    eval_episodes=4,
+    progress_bar=False,
+)
+
+
+# ----------------------------------------------------------------------------- TrainConfig
+def test_default_config_is_valid_grpo_on_edo():
+    cfg = TrainConfig()
+    assert cfg.algo == "grpo" and cfg.env_id == "EDO-v0"
+    assert cfg.model_path.name == "grpo_EDO-v0_0.zip"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"algo": "dqn"}, "algo must be one of"),
+        ({"env_id": ""}, "env_id"),
+        ({"total_timesteps": 0}, "total_timesteps"),
+        ({"total_timesteps": 1.5}, "total_timesteps"),
+        ({"seed": -1}, "seed"),
+        ({"n_envs": 0}, "n_envs"),
+        ({"net_arch": [64, 0]}, "net_arch"),
+        ({"net_arch": "64,64"}, "net_arch"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"ent_coef": -0.1}, "ent_coef"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"algo": "ppo", "batch_size": None}, "only supported by grpo"),
+        ({"n_epochs": 0}, "n_epochs"),
+        ({"clip_range": 1.5}, "clip_range"),
+        ({"group_size": 1}, "group_size"),
+        ({"groups_per_rollout": 0}, "groups_per_rollout"),
+        ({"group_mode": "episode"}, "group_mode"),
+        ({"supervision": "dense"}, "supervision"),
+        ({"kl_coef": -1.0}, "kl_coef"),
+        ({"n_steps": 0}, "n_steps"),
+        ({"gamma": 1.5}, "gamma"),
+        ({"eval_episodes": -1}, "eval_episodes"),
+        ({"vec_env": "ray"}, "vec_env"),
+        ({"torch_threads": 0}, "torch_threads"),
+        ({"env_kwargs": None}, "env_kwargs"),
+        ({"output_dir": ""}, "output_dir"),
+    ],
+)
+def test_config_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
+
+
+def test_config_net_arch_tuple_is_accepted():
+    assert TrainConfig(net_arch=(8, 8)).net_arch == [8, 8]
+
+
+def test_unknown_env_id_is_a_clear_error(tmp_path):
+    cfg = TrainConfig(env_id="EDO-Nope-v0", output_dir=str(tmp_path), **TINY)
+    with pytest.raises(ValueError, match="unknown env id"):
+        train(cfg)
+
+
+# ----------------------------------------------------------------------------- train / save / evaluate_saved
+@pytest.mark.parametrize("algo", ALGOS)
+def test_train_save_evaluate_round_trip(algo, tmp_path):
+    cfg = TrainConfig(algo=algo, env_id="EDO-v0", seed=1, output_dir=str(tmp_path), **TINY)
+    model, result = train(cfg)
+    assert result.model_path == tmp_path / f"{algo}_EDO-v0_1.zip"
+    assert result.model_path.is_file()
+    summary = json.loads(result.model_path.with_suffix(".json").read_text())
+    assert summary["config"]["algo"] == algo and summary["num_timesteps"] == result.num_timesteps
+    assert result.num_timesteps >= cfg.total_timesteps
+    assert result.train_wall_s > 0 and result.steps_per_s > 0 and result.n_params > 0
+    # four heuristics then the model, on the same 4 held-out tasks
+    assert [r.policy for r in result.results] == [*HEURISTICS, algo]
+    assert all(r.episodes == 4 for r in result.results)
+    assert "| policy |" in result.table and f"| {algo} |" in result.table
+
+    assert infer_algo(result.model_path) == algo
+    loaded = load_model(result.model_path)
+    assert type(loaded) is type(model)
+    rows = evaluate_saved(result.model_path, "EDO-v0", episodes=4, seed=0)
+    assert [r.policy for r in rows] == [*HEURISTICS, algo]
+    # deterministic policy, same tasks and seeds: the loaded model reproduces the trained model's row
+    assert rows[-1].success_rate == result.model_result.success_rate
+    assert rows[-1].mean_return == pytest.approx(result.model_result.mean_return)
+    only_model = evaluate_saved(result.model_path, "EDO-v0", episodes=2, algo=algo, heuristics=False)
+    assert [r.policy for r in only_model] == [algo]
+
+
+@pytest.mark.filterwarnings("ignore:rich is experimental")
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_progress_bar_counts_recorded_steps(algo):
+    cfg = TrainConfig(algo=algo, **TINY)
+    env = make_train_env(cfg)
+    try:
+        model = make_algo(cfg, env)
+        bar = RecordedStepsProgressBar()
+        model.learn(total_timesteps=cfg.total_timesteps, callback=bar)
+    finally:
+        env.close()
+    assert bar.pbar.n == model.num_timesteps >= cfg.total_timesteps
+
+
+def test_eval_episodes_zero_skips_evaluation(tmp_path):
+    cfg = TrainConfig(output_dir=str(tmp_path), **{**TINY, "eval_episodes": 0})
+    _, result = train(cfg)
+    assert result.results == [] and result.model_result is None
+    assert result.model_path.is_file()
+
+
+def test_evaluate_saved_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_model(tmp_path / "missing.zip", algo="grpo")
+    not_a_model = tmp_path / "x.zip"
+    not_a_model.write_text("not a zip")
+    with pytest.raises(ValueError, match="not a model saved by Stable-Baselines3"):
+        infer_algo(not_a_model)
+    with pytest.raises(ValueError, match="episodes"):
+        evaluate_saved(not_a_model, episodes=0)
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_train_and_evaluate_tiny(tmp_path, capsys):
+    out = tmp_path / "runs"
+    rc = main(
+        [
+            "train",
+            "--algo", "grpo",
+            "--env", "EDO-v0",
+            "--timesteps", "64",
+            "--seed", "2",
+            "--n-envs", "2",
+            "--net-arch", "16,16",
+            "--group-size", "2",
+            "--groups-per-rollout", "2",
+            "--batch-size", "all",
+            "--output-dir", str(out),
+            "--tensorboard-dir", str(tmp_path / "tb"),
+            "--eval-episodes", "3",
+            "--no-progress",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    text = capsys.readouterr().out
+    path = out / "grpo_EDO-v0_2.zip"
+    assert path.is_file()
+    assert "| policy | success rate" in text and "| grpo |" in text and "| static_pipeline |" in text
+    assert "the static pipeline's" in text  # the verdict line
+    assert any((tmp_path / "tb").rglob("events.out.tfevents.*")), "TensorBoard log expected"
+
+    rc = main(["evaluate", str(path), "--env", "EDO-v0", "--episodes", "3", "--no-heuristics"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "| grpo |" in text and "static_pipeline" not in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--algo", "dqn"], "invalid choice"),
+        (["train", "--timesteps", "0"], "must be a positive integer"),
+        (["train", "--timesteps", "ten"], "must be an integer"),
+        (["train", "--n-envs", "-2"], "must be a positive integer"),
+        (["train", "--net-arch", "64,x"], "comma-separated positive integers"),
+        (["train", "--net-arch", "64,0"], "layer sizes must be positive"),
+        (["train", "--learning-rate", "-1"], "must be > 0"),
+        (["train", "--eval-episodes", "-1"], "non-negative"),
+        (["evaluate"], "the following arguments are required: path"),
+        (["evaluate", "m.zip", "--episodes", "0"], "must be a positive integer"),
+        (["evaluate", "m.zip", "--algo", "a2c"], "invalid choice"),
+    ],
+)
+def test_cli_argument_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_train_defaults_follow_train_config():
+    args = build_parser().parse_args(["train"])
+    d = TrainConfig()
+    assert (args.algo, args.env, args.timesteps, args.n_envs, args.net_arch) == (
+        d.algo,
+        d.env_id,
+        d.total_timesteps,
+        d.n_envs,
+        d.net_arch,
+    )
+    assert (args.learning_rate, args.ent_coef, args.group_size, args.groups_per_rollout) == (
+        d.learning_rate,
+        d.ent_coef,
+        d.group_size,
+        d.groups_per_rollout,
+    )
+    assert args.normalize_std is d.normalize_std
+    assert build_parser().parse_args(["train", "--std-normalization"]).normalize_std is True
+    assert build_parser().parse_args(["train", "--no-std-normalization"]).normalize_std is False
+    assert build_parser().parse_args(["train", "--net-arch", "none", "--batch-size", "all"]).net_arch == []
+
+
+def test_cli_std_normalization_flags_are_exclusive(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--std-normalization", "--no-std-normalization"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_cli_unknown_env_is_reported(tmp_path, capsys):
+    assert main(["train", "--env", "EDO-Nope-v0", "--output-dir", str(tmp_path), "--no-progress"]) == 2
+    assert "unknown env id 'EDO-Nope-v0'" in capsys.readouterr().err
+    assert main(["evaluate", str(tmp_path / "m.zip"), "--env", "EDO-Nope-v0"]) == 2
+    assert "unknown env id" in capsys.readouterr().err
+
+
+def test_cli_config_error_is_reported(tmp_path, capsys):
+    # group_size 1 passes argparse (a positive int) but not TrainConfig
+    rc = main(["train", "--group-size", "1", "--output-dir", str(tmp_path), "--no-progress"])
+    assert rc == 2
+    assert "group_size must be an int >= 2" in capsys.readouterr().err
+
+
+def test_cli_evaluate_missing_model(tmp_path, capsys):
+    rc = main(["evaluate", str(tmp_path / "nope.zip"), "--algo", "grpo", "--episodes", "2"])
+    assert rc == 2
+    assert "no saved model" in capsys.readouterr().err
