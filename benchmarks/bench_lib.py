@@ -3,6 +3,12 @@ run in its own subprocess (so peak memory is per run), and statistics over seeds
 
 A run's wall time is split into *rollout* (collecting env steps, policy forward passes included) and *update*
 (``train()``: gradient steps); evaluation time is measured separately and excluded from both.
+
+``execute_runs`` runs several specs in one subprocess (one start-up for all; for studies that compare task
+figures only). Optional per run (``RunSpec``): evaluate the final model on further envs (``extra_eval``, e.g. other task
+families), save it (``save_model_path``), skip the step-0 evaluation (``eval_at_start``). For GRPO the record
+also carries per-rollout group statistics (``grpo_stats``): the fraction of groups dropped from the update
+because their returns tie, and the fractions of groups whose members all failed / all succeeded.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parent.parent
+#: Seed of the first held-out evaluation episode (episode k uses ``EVAL_SEED + k``), for models and heuristics alike.
+EVAL_SEED = 10_000
 
 # two-sided 95% Student t critical values by degrees of freedom (1..30); larger df use 1.96
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
@@ -54,6 +63,10 @@ class RunSpec:
     train_overrides: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     eval_env_kwargs: dict[str, Any] | None = None  # None: same as env_kwargs
+    # (env_id, env_kwargs) pairs to evaluate the final model on too (held-out split, same task count and seed)
+    extra_eval: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    save_model_path: str | None = None  # where to save the trained model (model.save); None: not saved
+    eval_at_start: bool = True  # evaluate the untrained policy at step 0 (the first point of the curve)
 
     def key(self) -> str:
         return f"{self.algo}-s{self.seed}"
@@ -94,11 +107,13 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
         th.cuda.reset_peak_memory_stats()
 
     curve: list[dict[str, Any]] = []
+    grpo_stats: list[dict[str, Any]] = []  # GRPO only: one entry per rollout
+    group_success: dict[int, list[float]] = {}
     clock = {"rollout": 0.0, "update": 0.0, "eval": 0.0, "last_end": None, "start": None}
 
     def evaluate() -> None:
         t0 = time.perf_counter()
-        res = evaluate_model(model, eval_env, task_ids, seed=10_000, name=spec.algo)
+        res = evaluate_model(model, eval_env, task_ids, seed=EVAL_SEED, name=spec.algo)
         clock["eval"] += time.perf_counter() - t0
         curve.append({
             "env_steps": int(model.num_timesteps), "train_time_s": clock["rollout"] + clock["update"],
@@ -125,6 +140,17 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
             now = time.perf_counter()
             clock["rollout"] += now - clock["start"]
             clock["last_end"] = now
+            buffer = self.model.rollout_buffer
+            if hasattr(buffer, "dropped_group_fraction"):  # GRPO: statistics of the groups of this rollout
+                outcomes = [np.asarray(v) for v in group_success.values() if v]
+                grpo_stats.append({
+                    "env_steps": int(self.model.num_timesteps),
+                    "dropped_group_fraction": float(buffer.dropped_group_fraction),
+                    "group_return_std": float(np.mean(buffer.group_return_std)) if len(buffer.group_return_std) else 0.0,
+                    "all_fail_fraction": float(np.mean([o.max() == 0 for o in outcomes])) if outcomes else None,
+                    "all_success_fraction": float(np.mean([o.min() == 1 for o in outcomes])) if outcomes else None,
+                })  # fmt: skip
+                group_success.clear()
 
         def _on_training_end(self) -> None:
             if clock["last_end"] is not None:
@@ -132,17 +158,38 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
                 clock["last_end"] = None
 
         def _on_step(self) -> bool:
+            # GRPO's wave loop exposes which envs are recorded and their group ids: collect episode outcomes
+            recorded, members = self.locals.get("recorded"), self.locals.get("wave_members")
+            if recorded is not None and members is not None:
+                dones, infos = self.locals["dones"], self.locals["infos"]
+                for i in recorded:
+                    stats = infos[i].get("episode_stats") if dones[i] else None
+                    if stats is not None:
+                        group_success.setdefault(int(members[i][0]), []).append(float(stats["success"]))
             return True
 
-    evaluate()  # the untrained policy, at step 0
+    if spec.eval_at_start:
+        evaluate()  # the untrained policy, at step 0
+    eval_before = clock["eval"]
     t0 = time.perf_counter()
     model.learn(total_timesteps=spec.total_timesteps, callback=BenchCallback())
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - t0 - (clock["eval"] - eval_before)  # minus the evaluations done inside learn()
     evaluate()
+    extra: list[dict[str, Any]] = []
+    for extra_id, extra_kwargs in spec.extra_eval:
+        t1 = time.perf_counter()
+        other = make_eval_env(extra_id, **extra_kwargs)
+        res = evaluate_model(model, other, heldout_task_ids(other, spec.eval_episodes), seed=EVAL_SEED, name=spec.algo)
+        other.close()
+        clock["eval"] += time.perf_counter() - t1
+        extra.append({"env_id": extra_id, "env_kwargs": extra_kwargs, "result": res.as_dict()})
+    if spec.save_model_path:
+        Path(spec.save_model_path).parent.mkdir(parents=True, exist_ok=True)
+        model.save(spec.save_model_path)
     record = {
         "spec": asdict(spec),
         "num_timesteps": int(model.num_timesteps),
-        "wall_time_s": wall - clock["eval"],
+        "wall_time_s": wall,
         "rollout_s": clock["rollout"],
         "update_s": clock["update"],
         "eval_s": clock["eval"],
@@ -153,6 +200,8 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
         "device": str(model.device),
         "curve": curve,
         "final": curve[-1],
+        "extra_eval": extra,
+        "grpo_stats": grpo_stats if spec.algo == "grpo" else None,
     }
     env.close()
     eval_env.close()
@@ -170,6 +219,43 @@ def execute_run(spec: RunSpec, log_dir: Path | None = None) -> dict[str, Any]:
     if proc.returncode != 0:
         raise RuntimeError(f"run {spec.key()} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+_RECORD_PREFIX = "@@bench-record "
+
+
+def execute_runs(
+    specs: list[RunSpec], log_path: Path | None = None, on_record: Callable[[int, dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    """Run ``specs`` one after the other in ONE fresh Python subprocess and return their records, in order.
+
+    Saves the start-up of a process per run (imports, embedding model, world and task pools: several seconds
+    each), at a price: the runs share the process, so ``peak_rss_bytes`` is the process peak so far, and later
+    runs start with warm retrieval memo caches (faster rollouts). Use it where only task figures are compared,
+    and ``execute_run`` where run times or memory are. Each record gets ``batch_position`` (0 for the first).
+    ``on_record(i, record)`` is called as each run finishes; stderr goes to ``log_path``.
+    """
+    if not specs:
+        return []
+    cmd = [sys.executable, "-m", "benchmarks.bench_lib", "--batch", json.dumps([asdict(s) for s in specs])]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    records: list[dict[str, Any]] = []
+    with open(log_path or os.devnull, "w") as err:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(_RECORD_PREFIX):
+                records.append(json.loads(line[len(_RECORD_PREFIX) :]))
+                if on_record is not None:
+                    on_record(len(records) - 1, records[-1])
+        rc = proc.wait()
+    if rc != 0 or len(records) != len(specs):
+        tail = Path(log_path).read_text()[-4000:] if log_path is not None else "(no log)"
+        failed = specs[len(records)].key() if len(records) < len(specs) else "?"
+        raise RuntimeError(f"batch failed at run {len(records) + 1}/{len(specs)} ({failed}, exit {rc}):\n{tail}")
+    return records
 
 
 def time_to_target(record: dict[str, Any], target: float) -> tuple[float | None, int | None]:
@@ -190,5 +276,11 @@ def median_or_none(values: list[float | None]) -> float | None:
 
 
 if __name__ == "__main__":
-    spec = RunSpec(**json.loads(sys.argv[1]))
-    print(json.dumps(run_in_process(spec)))
+    if sys.argv[1] == "--batch":
+        for position, raw in enumerate(json.loads(sys.argv[2])):
+            rec = run_in_process(RunSpec(**raw))
+            rec["batch_position"] = position
+            print(_RECORD_PREFIX + json.dumps(rec), flush=True)
+    else:
+        spec = RunSpec(**json.loads(sys.argv[1]))
+        print(json.dumps(run_in_process(spec)))

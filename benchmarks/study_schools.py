@@ -1,0 +1,227 @@
+"""Caveat study 6: orchestration schools on one success-versus-cost chart.
+
+Static pipeline (a fixed script), greedy LLM-style router (reads the state and decides every step; each decision
+is charged on the env ledger by ``GreedyRouter``: 150 tokens, one call, 0.6 s), an oracle that reads hidden state
+(an upper bound, not deployable), a random floor, and learned policies (GRPO, PPO, MaskablePPO), all on the same
+held-out tasks with the same per-episode seeds.
+
+Learned policies come from ``grpo_vs_ppo.json`` when it exists (``--from-results``, default: that file in
+``--out-dir``, else in ``benchmarks/results``): the final evaluation point of every run
+(``runs[algo][i]["curve"][-1]``), averaged over seeds; the heuristics are then evaluated on that file's env and
+number of held-out tasks. Otherwise (or with ``--train``) they are trained here briefly (``--train-steps``).
+
+Cost axes: mean tokens per episode, and mean cost per episode in reward units = success - return (the reward is
+``success_reward`` (1, exact match only on EDO-v0 defaults) minus the weighted tokens, calls and latency, minus
+illegal-action penalties).
+
+Usage::
+
+    python benchmarks/study_schools.py                      # learned from grpo_vs_ppo.json, else trained 100k steps x 3 seeds
+    python benchmarks/study_schools.py --quick              # learned from grpo_vs_ppo.json, else 20k steps x 1 seed, 60 tasks
+    python benchmarks/study_schools.py --train --train-steps 50000 --seeds 0 1
+
+Results: ``benchmarks/results/study_schools.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
+``source``, ``policies`` (name -> school, learned, success, return, tokens, calls, latency_s, cost_reward_units),
+``pareto_tokens``, ``pareto_cost``, ``conclusion``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import RESULTS_DIR  # noqa: E402
+from benchmarks.study_common import (  # noqa: E402
+    command,
+    finish,
+    header,
+    heuristic_results,
+    mode_of,
+    pyplot,
+    resolve_common,
+    run_all,
+    study_parser,
+    train_spec,
+)
+
+NAME = "study_schools"
+ALGOS = ("grpo", "ppo", "maskable_ppo")
+SCHOOLS = {
+    "random": "random floor",
+    "static_pipeline": "static pipeline",
+    "greedy_router": "LLM router (greedy, charged per decision)",
+    "oracle": "oracle (reads hidden state; not deployable)",
+    "grpo": "learned (RL)",
+    "ppo": "learned (RL)",
+    "maskable_ppo": "learned (RL)",
+}
+
+
+def learned_from_results(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per algo: the mean over seeds of the final evaluation point of ``grpo_vs_ppo.json`` runs; and its settings."""
+    data = json.loads(path.read_text())
+    out = {}
+    for algo, runs in data["runs"].items():
+        finals = [r["curve"][-1] for r in runs]
+        if finals:
+            out[algo] = _mean_point(
+                finals, [r["spec"]["seed"] for r in runs], int(np.median([r["num_timesteps"] for r in runs]))
+            )
+    return out, data.get("settings", {})
+
+
+def _mean_point(finals: list[dict[str, Any]], seeds: list[int], steps: int) -> dict[str, Any]:
+    return {
+        "success": float(np.mean([f["success"] for f in finals])),
+        "return": float(np.mean([f["return"] for f in finals])),
+        "tokens": float(np.mean([f["tokens"] for f in finals])),
+        "calls": float(np.mean([f["calls"] for f in finals])),
+        "latency_s": float(np.mean([f["latency_s"] for f in finals])),
+        "success_by_seed": [float(f["success"]) for f in finals],
+        "seeds": seeds,
+        "env_steps": steps,
+    }
+
+
+def pareto(policies: dict[str, dict[str, Any]], cost_key: str) -> list[str]:
+    """Deployable policies (oracle excluded) that no other deployable policy beats on both success and cost."""
+    names = [n for n in policies if n != "oracle"]
+    front = []
+    for n in names:
+        p = policies[n]
+        dominated = any(
+            policies[m]["success"] >= p["success"] and policies[m][cost_key] <= p[cost_key]
+            and (policies[m]["success"] > p["success"] or policies[m][cost_key] < p[cost_key])
+            for m in names if m != n
+        )  # fmt: skip
+        if not dominated:
+            front.append(n)
+    return sorted(front, key=lambda n: policies[n][cost_key])
+
+
+def markdown(settings: dict[str, Any], policies: dict[str, Any], front_tok: list[str], front_cost: list[str]) -> str:
+    lines = header(
+        "Caveat study: orchestration schools, success versus cost",
+        settings["command"],
+        settings["mode"],
+        f"{settings['env_id']}, first {settings['eval_episodes']} held-out tasks, same per-episode seeds for all. Learned "
+        f"policies: {settings['source']}. Cost in reward units = success - return (token, call, latency costs and "
+        "illegal-action penalties).",
+    )
+    lines += ["", "| policy | school | success | return | tokens/ep | calls/ep | latency s/ep | cost (reward units) |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, p in sorted(policies.items(), key=lambda kv: kv[1]["tokens"]):
+        n = len(p["seeds"]) if p["learned"] else 0
+        extra = f" ({n} seed{'s' if n > 1 else ''}, {p['env_steps']:,} steps)" if p["learned"] else ""
+        lines.append(
+            f"| {name}{extra} | {p['school']} | {p['success']:.3f} | {p['return']:+.3f} | {p['tokens']:.0f} | {p['calls']:.1f} "
+            f"| {p['latency_s']:.1f} | {p['cost_reward_units']:.3f} |"
+        )
+    lines += ["", "## What this shows", "",
+              f"- Success/tokens Pareto front of the deployable policies (cheapest first): {', '.join(front_tok)}.",
+              f"- Success/cost (reward units) Pareto front: {', '.join(front_cost)}."]  # fmt: skip
+    best = max((n for n in policies if n != "oracle"), key=lambda n: policies[n]["success"])
+    lines.append(f"- Highest success among deployable policies: {best} ({policies[best]['success']:.3f}); the oracle "
+                 f"reaches {policies['oracle']['success']:.3f}.")  # fmt: skip
+    if "greedy_router" in policies:
+        g = policies["greedy_router"]
+        lines.append(
+            f"- The greedy router spends {g['tokens']:.0f} tokens and {g['calls']:.1f} calls per episode, its own routing decisions included."
+        )
+    for a in ALGOS:
+        if a in policies and policies[a]["calls"] < 0.5:
+            lines.append(f"- {a}: {policies[a]['calls']:.2f} calls per episode: it mostly submits at once (near-zero cost, "
+                         f"success {policies[a]['success']:.3f}).")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(settings: dict[str, Any], policies: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for ax, key, label in (
+        (axes[0], "tokens", "mean tokens per episode"),
+        (axes[1], "cost_reward_units", "mean cost per episode (reward units)"),
+    ):
+        for k, (name, p) in enumerate(policies.items()):
+            marker = "*" if p["learned"] else "x" if name == "oracle" else "o"
+            ax.scatter(p[key], p["success"], s=70, marker=marker, color=f"C{k}", label=name)
+            ax.annotate(name, (p[key], p["success"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.set_xlabel(label)
+        ax.set_ylabel("held-out success rate")
+        ax.set_ylim(-0.03, 1.03)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Orchestration schools on {settings['env_id']} ({settings['eval_episodes']} held-out tasks)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = study_parser(__doc__)
+    parser.add_argument("--from-results", default=None, help="grpo_vs_ppo.json to read learned policies from")
+    parser.add_argument("--train", action="store_true", help="train the learned policies here even if the file exists")
+    parser.add_argument("--train-steps", type=int, default=None, help="env steps per learned run when training here")
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--env", default="EDO-v0")
+    args = parser.parse_args(argv)
+    eval_episodes_given = args.eval_episodes is not None
+    resolve_common(args, seeds=([0, 1, 2], [0], [0]), timesteps=(100_000, 20_000, 300), episodes=(200, 60, 3))
+    out_dir = Path(args.out_dir)
+    steps = args.train_steps or args.timesteps
+    candidates = (
+        [Path(args.from_results)] if args.from_results else [out_dir / "grpo_vs_ppo.json", RESULTS_DIR / "grpo_vs_ppo.json"]
+    )
+    source_path = next((p for p in candidates if p.is_file()), None)
+    env_id, episodes = args.env, args.eval_episodes
+    learned: dict[str, Any] = {}
+    trained_here = source_path is None or args.train
+    if not trained_here:
+        learned, gsettings = learned_from_results(source_path)
+        learned = {a: v for a, v in learned.items() if a in args.algos}
+        env_id = gsettings.get("env", env_id)
+        if not eval_episodes_given:
+            episodes = int(gsettings.get("eval_episodes", episodes))  # the same held-out tasks as those runs
+        source = f"final evaluation of the runs in `{source_path}` (mean over seeds)"
+    else:
+        specs = [(f"{a}-s{s}", train_spec(a, s, env_id, steps, episodes)) for s in args.seeds for a in args.algos]
+        records = run_all(specs, out_dir, NAME)
+        for a in args.algos:
+            recs = [records[f"{a}-s{s}"] for s in args.seeds]
+            learned[a] = _mean_point(
+                [r["final"] for r in recs], args.seeds, int(np.median([r["num_timesteps"] for r in recs]))
+            )
+        source = f"trained here, {steps:,} env steps x seeds {args.seeds}"
+    print(f"heuristics on {episodes} held-out {env_id} tasks ...", flush=True)
+    heur = heuristic_results(env_id, {}, ["random", "static_pipeline", "greedy_router", "oracle"], episodes)
+    policies: dict[str, Any] = {}
+    for name, h in heur.items():
+        policies[name] = {"school": SCHOOLS[name], "learned": False, "success": h["success_rate"], "return": h["mean_return"],
+                          "tokens": h["tokens"], "calls": h["calls"], "latency_s": h["latency_s"], "success_ci95": h["success_ci95"]}  # fmt: skip
+    for name, p in learned.items():
+        policies[name] = {"school": SCHOOLS[name], "learned": True, **p}
+    for p in policies.values():
+        p["cost_reward_units"] = p["success"] - p["return"]
+    front_tok, front_cost = pareto(policies, "tokens"), pareto(policies, "cost_reward_units")
+    settings = {"command": command("study_schools.py", argv), "mode": mode_of(args), "env_id": env_id, "eval_episodes": episodes,
+                "source": source, "source_path": None if trained_here else str(source_path), "algos": list(learned),
+                "seeds": args.seeds if trained_here else None, "train_steps": steps if trained_here else None}  # fmt: skip
+    deployable = [n for n in policies if n != "oracle"]
+    concl = {"pareto_tokens": front_tok, "pareto_cost": front_cost,
+             "best_deployable": max(deployable, key=lambda n: policies[n]["success"]),
+             "collapsed_learned": [a for a in learned if policies[a]["calls"] < 0.5]}  # fmt: skip
+    md = markdown(settings, policies, front_tok, front_cost)
+    payload = {"settings": settings, "source": source, "policies": policies, "pareto_tokens": front_tok, "pareto_cost": front_cost,
+               "conclusion": concl}  # fmt: skip
+    plot(settings, policies, out_dir / f"{NAME}.png")
+    finish(NAME, payload, md, out_dir)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
