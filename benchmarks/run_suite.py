@@ -34,7 +34,7 @@ from benchmarks.common import RESULTS_DIR, machine_info, machine_line, write_res
 HERE = Path(__file__).resolve().parent
 #: Scripts in the order they run (study_schools last: it reads grpo_vs_ppo.json).
 SCRIPTS = ("grpo_vs_ppo", "study_horizon", "study_transfer", "study_planner", "study_retriever", "study_grpo_variants",
-           "study_schools")  # fmt: skip
+           "study_ppo_tuning", "study_schools")  # fmt: skip
 #: grpo_vs_ppo.py has its own flags; these are its reduced and smoke-test budgets.
 GRPO_VS_PPO_ARGS = {
     "full": [],
@@ -49,6 +49,7 @@ RESULT_KEYS = {
     "study_planner": ("settings", "results", "replan_benefit", "conclusion", "runs"),
     "study_retriever": ("settings", "models", "hf_cache", "other_models_found", "memory", "conclusion"),
     "study_grpo_variants": ("settings", "variants", "conclusion", "runs"),
+    "study_ppo_tuning": ("settings", "rows", "runs"),
     "study_schools": ("settings", "source", "policies", "pareto_tokens", "pareto_cost", "conclusion"),
     "suite": ("mode", "scripts", "total_s", "failed"),
 }

@@ -97,3 +97,12 @@ def test_tiny_suite_end_to_end(tmp_path):
     assert suite["failed"] == [] and [r["script"] for r in suite["scripts"]] == list(SCRIPTS)
     schools = json.loads((tmp_path / "study_schools.json").read_text())
     assert schools["settings"]["source_path"] == str(tmp_path / "grpo_vs_ppo.json")  # read the suite's own results
+
+
+def test_study_ppo_tuning_tiny_one_setting(tmp_path):
+    run_script(["benchmarks/study_ppo_tuning.py", "--tiny", "--algos", "maskable_ppo", "--settings", "sb3 defaults",
+                "--out-dir", str(tmp_path)])  # fmt: skip
+    data = check_result(tmp_path, "study_ppo_tuning")
+    (row,) = data["rows"].values()
+    assert row["algo"] == "maskable_ppo" and row["overrides"]["n_epochs"] == 10
+    assert 0.0 <= row["success"]["mean"] <= 1.0
