@@ -49,12 +49,12 @@ throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval lat
 	$(BIN)/python benchmarks/env_throughput.py
 
 # The benchmark suite (benchmarks/run_suite.py): grpo_vs_ppo.py then the caveat studies (benchmarks/study_*.py),
-# results in benchmarks/results/ (<name>.json/.md/.png and suite.json/.md with each script's wall time).
-bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 200k steps) and every study at full budget (many hours)
+# results in benchmarks/results/ (quick: benchmarks/results/quick/), <name>.json/.md/.png and suite.json/.md.
+bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours)
 	$(BIN)/python benchmarks/run_suite.py
 
 bench-quick: $(STAMP)  ## reduced suite, about 15 minutes on 2 CPU cores
-	$(BIN)/python benchmarks/run_suite.py --quick
+	$(BIN)/python benchmarks/run_suite.py --quick --out-dir benchmarks/results/quick
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -14,7 +14,7 @@ success. Heuristic policies are evaluated on the same task set for reference.
 
 Usage::
 
-    python benchmarks/grpo_vs_ppo.py                 # full: 5 seeds x 3 algorithms x 200k steps
+    python benchmarks/grpo_vs_ppo.py                 # full: 5 seeds x 3 algorithms x 300k steps (make train budget)
     python benchmarks/grpo_vs_ppo.py --quick         # reduced: 3 seeds x 60k steps (about 15 minutes here)
 
 Results: ``benchmarks/results/grpo_vs_ppo.{json,md}`` and ``grpo_vs_ppo_curves.png`` (or ``--out-dir``).
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--name", default="grpo_vs_ppo", help="base name of the result files")
     args = parser.parse_args(argv)
     seeds = args.seeds or ([0, 1, 2] if args.quick else [0, 1, 2, 3, 4])
-    timesteps = args.timesteps or (60_000 if args.quick else 200_000)
+    timesteps = args.timesteps or (60_000 if args.quick else 300_000)
     eval_every = args.eval_every or max(1, timesteps // 8)
     net_arch = [int(x) for x in args.net_arch.split(",") if x]
     if timesteps < 1 or args.eval_episodes < 1 or not net_arch:
