@@ -8,6 +8,7 @@ backend gives. ``FailingRetriever`` stands in for a ``ShardRetriever`` whose chr
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import time
@@ -279,3 +280,13 @@ class EpisodeChecker:
 def _space_diff(env: Any, obs: dict) -> str:
     bad = [k for k, space in env.observation_space.spaces.items() if not space.contains(obs.get(k))]
     return f"observation keys outside the space: {bad}"
+
+
+def det_vectors(texts: list[str], dim: int = 16) -> np.ndarray:
+    """Deterministic unit vectors per text (a stand-in build function for cache tests that need no model)."""
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    for i, t in enumerate(texts):
+        seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+        v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+        out[i] = v / np.linalg.norm(v)
+    return out

@@ -11,7 +11,6 @@ The 8-process runs are ``slow`` (each process loads the model: ~30 s on 2 cores)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -29,17 +28,13 @@ import pytest
 import edo_gym  # noqa: F401  (registers EDO-v0)
 from edo_gym.retrieval.cache import CacheWarning, EmbeddingCache, texts_hash
 
+try:
+    from tests.reliability_helpers import det_vectors
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+    from reliability_helpers import det_vectors  # type: ignore[no-redef]
+
 TEXTS = [f"text {i}: {w}" for i, w in enumerate(["apples", "pears", "plums", "figs"] * 5)]
 MODEL = "det-model==1"
-
-
-def det_vectors(texts: list[str], dim: int = 16) -> np.ndarray:
-    out = np.zeros((len(texts), dim), dtype=np.float32)
-    for i, t in enumerate(texts):
-        seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
-        v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
-        out[i] = v / np.linalg.norm(v)
-    return out
 
 
 # -- processes building one cache -----------------------------------------------------------------------------------

@@ -46,7 +46,14 @@ from edo_gym.retrieval.cache import CacheWarning, EmbeddingCache, texts_hash
 from edo_gym.retrieval.store import RetrievalService, ShardRetriever
 
 try:
-    from tests.reliability_helpers import GARBAGE, BrokenCollection, EpisodeChecker, FailingRetriever, FaultyBackend
+    from tests.reliability_helpers import (
+        GARBAGE,
+        BrokenCollection,
+        EpisodeChecker,
+        FailingRetriever,
+        FaultyBackend,
+        det_vectors,
+    )
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
     from reliability_helpers import (  # type: ignore[no-redef]
         GARBAGE,
@@ -54,6 +61,7 @@ except ImportError:  # tests/ is not a package: pytest puts it on sys.path
         EpisodeChecker,
         FailingRetriever,
         FaultyBackend,
+        det_vectors,
     )
 
 SMALL_TASKS = {"n_tasks": 40}
@@ -364,15 +372,6 @@ def test_chromadb_error_in_a_real_shard_retriever(world):
 # -- on-disk embedding cache ----------------------------------------------------------------------------------------
 TEXTS = [f"document number {i} about {w}" for i, w in enumerate(["cats", "dogs", "ships", "trains", "maps"] * 4)]
 MODEL = "test-model==1"
-
-
-def det_vectors(texts: list[str], dim: int = 16) -> np.ndarray:
-    out = np.zeros((len(texts), dim), dtype=np.float32)
-    for i, t in enumerate(texts):
-        seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
-        v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
-        out[i] = v / np.linalg.norm(v)
-    return out
 
 
 class CountingBuild:
