@@ -1,0 +1,130 @@
+"""The one protocol between the environment and a language model (simulated or real).
+
+Every planner, worker, verifier and router call is an :class:`LLMRequest` answered by an :class:`LLMResponse`.
+A request carries only what a real multi-agent system has: the agent's standing instructions, the task text,
+the step's instruction, the inputs as upstream workers wrote them, the retrieved document *texts* and the
+expected output format, plus a sampling seed drawn from the env's RNG. It carries no hidden state: no gold
+answer, no correctness flag, no relation name. A backend (``LLMBackend``) answers with text, usage, latency and
+an optional confidence.
+
+Implementations: :class:`~edo_gym.agents.simulator.SimulatedBackend` (default; seeded, free, reads the request
+text like a model would) and the OpenAI-compatible client in :mod:`edo_gym.llm` (any server: vLLM, llama.cpp,
+Ollama, hosted APIs) with a record/replay cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Protocol, runtime_checkable
+
+#: Who is called.
+ROLES: tuple[str, ...] = ("planner", "worker", "verifier", "router")
+#: Verdict words a verifier answers with (first word of its reply, case-insensitive).
+VERDICTS: tuple[str, ...] = ("CORRECT", "INCORRECT", "UNSURE")
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One call to a language model.
+
+    :param role: one of ``ROLES``.
+    :param agent: the agent called: a worker's name, ``"planner"`` or ``"router"``; a backend may map it to a model.
+    :param system: the agent's standing instructions (the system message).
+    :param task: the user's task text.
+    :param instruction: what this call must do (the step's question, the plan request, the verification request).
+    :param inputs: upstream answers exactly as the workers wrote them, in dependency order.
+    :param documents: texts of the documents the agent's retriever returned, best first (empty without retrieval).
+    :param answer: for a verifier, the answer under review; empty otherwise.
+    :param output_format: how the reply must be written.
+    :param max_tokens: completion token limit.
+    :param temperature: sampling temperature.
+    :param seed: sampling seed, drawn from the env's RNG; part of the cache key.
+    """
+
+    role: str
+    agent: str
+    system: str
+    task: str
+    instruction: str
+    inputs: tuple[str, ...] = ()
+    documents: tuple[str, ...] = ()
+    answer: str = ""
+    output_format: str = ""
+    max_tokens: int = 96
+    temperature: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"LLMRequest.role must be one of {list(ROLES)}, got {self.role!r}")
+        if not isinstance(self.inputs, tuple) or not isinstance(self.documents, tuple):
+            raise TypeError("LLMRequest.inputs and .documents must be tuples of str")
+
+    def user_message(self) -> str:
+        """The user message a chat model reads: task, instruction, inputs, context documents, answer, format."""
+        parts = [f"Task: {self.task}", f"Instruction: {self.instruction}"]
+        if self.inputs:
+            parts.append("Inputs from earlier steps:\n" + "\n".join(f"- {x}" for x in self.inputs))
+        if self.documents:
+            parts.append("Context documents:\n" + "\n".join(f"[{k + 1}] {d}" for k, d in enumerate(self.documents)))
+        if self.answer:
+            parts.append(f"Answer under review: {self.answer}")
+        if self.output_format:
+            parts.append(f"Output format: {self.output_format}")
+        return "\n\n".join(parts)
+
+    def messages(self) -> list[dict[str, str]]:
+        """OpenAI-style chat messages (system, user)."""
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user_message()}]
+
+    def prompt_text(self) -> str:
+        """System and user message as one string (what an estimate of prompt tokens counts)."""
+        return self.system + "\n" + self.user_message()
+
+    def cache_key(self, model: str, extra: dict | None = None) -> str:
+        """Content address of this request sent to ``model`` (sha256 of the canonical JSON of every field)."""
+        payload = {"model": model, "request": asdict(self), "extra": extra or {}}
+        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    """A model's reply.
+
+    :param text: the completion text.
+    :param prompt_tokens: prompt tokens as the server reports them (``None``: not reported; the caller estimates).
+    :param completion_tokens: completion tokens as reported (``None``: not reported).
+    :param latency_s: seconds the call took (``None``: the caller uses its latency model; the simulator reports none).
+    :param confidence: a confidence in [0, 1] (from token logprobs), or ``None`` when the server gives none.
+    :param cached: answered from a record/replay cache rather than by a model.
+    """
+
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    confidence: float | None = None
+    cached: bool = False
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """Anything that answers :class:`LLMRequest`\\ s. Transient faults raise ``TransientBackendError`` or
+    ``TimeoutError`` (retried by the caller); any other exception fails the call."""
+
+    def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+def parse_verdict(text: str) -> str | None:
+    """The verdict word (one of ``VERDICTS``) a verifier's reply starts with or states, or ``None``."""
+    words = [w.strip(".,:;!*\"'()[]").upper() for w in text.split()]
+    for w in words[:8]:
+        if w in VERDICTS:
+            return w
+    for w in words:
+        if w in VERDICTS:
+            return w
+    return None
