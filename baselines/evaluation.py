@@ -17,7 +17,8 @@ from tqdm.auto import tqdm
 from baselines.heuristics import HeuristicPolicy
 from edo_gym.envs.edo_env import EDOEnv
 
-ActFn = Callable[[EDOEnv, dict[str, np.ndarray]], int]
+#: A policy as the harness calls it: ``act(obs, info) -> action``; it never receives the env.
+ActFn = Callable[[dict[str, np.ndarray], dict[str, Any]], int]
 
 
 @dataclass
@@ -33,6 +34,9 @@ class EvalResult:
     latency_s: float
     success_by_family: dict[str, float] = field(default_factory=dict)
     success_ci95: tuple[float, float] = (0.0, 0.0)
+    return_ci95: tuple[float, float] = (0.0, 0.0)
+    budget_hit_rate: float = 0.0
+    uses_hidden_state: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,21 +68,40 @@ def wilson_ci(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (float(max(0.0, centre - half)), float(min(1.0, centre + half)))
 
 
+def mean_ci(values: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    """Normal-approximation 95% interval of a mean (``(mean, mean)`` for fewer than two values)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        m = float(x.mean()) if len(x) else 0.0
+        return (m, m)
+    half = z * float(x.std(ddof=1)) / np.sqrt(len(x))
+    return (float(x.mean() - half), float(x.mean() + half))
+
+
 def run_episodes(
     env: gym.Env, act: ActFn, task_ids: Sequence[int], seed: int = 0, name: str = "policy",
-    reset_hook: Callable[[EDOEnv], None] | None = None, progress: bool = False,
+    reset_hook: Callable[[dict[str, np.ndarray], dict[str, Any]], None] | None = None, progress: bool = False,
+    decision_cost: tuple[int, int, float] = (0, 0, 0.0), uses_hidden_state: bool = False,
 ) -> EvalResult:  # fmt: skip
-    """Run one episode per task id (seed ``seed + k`` for the k-th) and average the outcomes."""
+    """Run one episode per task id (seed ``seed + k`` for the k-th) and average the outcomes.
+
+    ``act(obs, info)`` and ``reset_hook(obs, info)`` see only what the env returns. ``decision_cost``
+    (``tokens, calls, latency_s``) is charged before every step with the env's public ``charge`` (a policy that is
+    itself an LLM pays for its decisions). ``uses_hidden_state`` only labels the result.
+    """
     base: EDOEnv = env.unwrapped  # type: ignore[assignment]
-    successes, returns, tokens, calls, latency = [], [], [], [], []
+    successes, returns, tokens, calls, latency, budget_hits = [], [], [], [], [], []
     by_family: dict[str, list[float]] = {}
+    charge = any(decision_cost)
     for k, task_id in enumerate(tqdm(task_ids, desc=f"eval {name}", disable=not progress, leave=False)):
         obs, info = env.reset(seed=seed + k, options={"task_id": int(task_id)})
         if reset_hook is not None:
-            reset_hook(base)
+            reset_hook(obs, info)
         total = 0.0
         while True:
-            obs, reward, terminated, truncated, info = env.step(act(base, obs))
+            if charge:
+                base.charge(*decision_cost)
+            obs, reward, terminated, truncated, info = env.step(act(obs, info))
             total += float(reward)
             if terminated or truncated:
                 break
@@ -88,6 +111,7 @@ def run_episodes(
         tokens.append(stats["tokens"])
         calls.append(stats["calls"])
         latency.append(stats["latency_s"])
+        budget_hits.append(float(stats.get("budget_exhausted", False)))
         by_family.setdefault(stats["family"], []).append(float(stats["success"]))
     n = len(successes)
     return EvalResult(
@@ -100,14 +124,28 @@ def run_episodes(
         latency_s=float(np.mean(latency)),
         success_by_family={f: float(np.mean(v)) for f, v in sorted(by_family.items())},
         success_ci95=wilson_ci(int(sum(successes)), n),
+        return_ci95=mean_ci(returns),
+        budget_hit_rate=float(np.mean(budget_hits)),
+        uses_hidden_state=uses_hidden_state,
     )
 
 
 def evaluate_heuristic(
     policy: HeuristicPolicy, env: gym.Env, task_ids: Sequence[int], seed: int = 0, progress: bool = False
 ) -> EvalResult:
-    """Evaluate a :class:`~baselines.heuristics.HeuristicPolicy`."""
-    return run_episodes(env, policy.act, task_ids, seed, policy.name, reset_hook=policy.reset, progress=progress)
+    """Evaluate a :class:`~baselines.heuristics.HeuristicPolicy` (the oracle gets ``hidden_state()``, no other does)."""
+    if policy.uses_hidden_state:
+        base: EDOEnv = env.unwrapped  # type: ignore[assignment]
+
+        def act(obs: dict[str, np.ndarray], info: dict[str, Any]) -> int:
+            return policy.act_hidden(obs, info, base.hidden_state())  # type: ignore[attr-defined]
+
+    else:
+        act = policy.act
+    return run_episodes(
+        env, act, task_ids, seed, policy.name, reset_hook=policy.reset, progress=progress,
+        decision_cost=policy.decision_cost, uses_hidden_state=policy.uses_hidden_state,
+    )  # fmt: skip
 
 
 def evaluate_model(model: Any, env: gym.Env, task_ids: Sequence[int], seed: int = 0, name: str = "model",
@@ -117,9 +155,9 @@ def evaluate_model(model: Any, env: gym.Env, task_ids: Sequence[int], seed: int 
 
     accepts_masks = "action_masks" in inspect.signature(model.predict).parameters
 
-    def act(base: EDOEnv, obs: dict[str, np.ndarray]) -> int:
+    def act(obs: dict[str, np.ndarray], info: dict[str, Any]) -> int:
         if accepts_masks:
-            action, _ = model.predict(obs, deterministic=deterministic, action_masks=base.action_masks())
+            action, _ = model.predict(obs, deterministic=deterministic, action_masks=obs["action_mask"] > 0)
         else:
             action, _ = model.predict(obs, deterministic=deterministic)
         return int(np.asarray(action).reshape(()))
@@ -129,11 +167,14 @@ def evaluate_model(model: Any, env: gym.Env, task_ids: Sequence[int], seed: int 
 
 def format_table(results: Sequence[EvalResult]) -> str:
     """A Markdown table: success rate (95% CI), mean return, tokens, calls and simulated latency per episode."""
-    header = "| policy | success rate (95% CI) | mean return | tokens/ep | calls/ep | latency s/ep |"
+    header = "| policy | success rate (95% CI) | mean return (95% CI) | tokens/ep | calls/ep | latency s/ep |"
     lines = [header, "|---|---|---|---|---|---|"]
     for r in results:
         lo, hi = r.success_ci95
+        rlo, rhi = r.return_ci95
+        name = f"{r.policy} (hidden state)" if r.uses_hidden_state else r.policy
         lines.append(
-            f"| {r.policy} | {r.success_rate:.3f} ({lo:.2f}-{hi:.2f}) | {r.mean_return:+.3f} | {r.tokens:.0f} | {r.calls:.1f} | {r.latency_s:.1f} |"
+            f"| {name} | {r.success_rate:.3f} ({lo:.2f}-{hi:.2f}) | {r.mean_return:+.3f} ({rlo:+.2f} to {rhi:+.2f}) "
+            f"| {r.tokens:.0f} | {r.calls:.1f} | {r.latency_s:.1f} |"
         )
     return "\n".join(lines)

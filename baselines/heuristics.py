@@ -1,58 +1,145 @@
 """Hand-written orchestration policies: the two non-learned schools, a random floor and an oracle ceiling.
 
-- :class:`RandomPolicy`: a uniformly random legal action.
-- :class:`StaticPipeline`: a fixed script: route by the planner's type label to a fixed worker
-  (lookups -> the researcher with the widest shard, compute -> analyst, write -> writer), always retrieve for
-  lookups, retry an abstention up to 3 times, submit when the plan is done.
-- :class:`GreedyRouter`: a dynamic LLM-style orchestrator that reads the state (labels, domains, confidences)
-  and picks the best-suited worker each step, verifies doubtful results, retries flagged ones on the next
-  best worker, and replans suspicious plans. Every decision is charged as an LLM call on the env's ledger
-  (``EDOEnv.add_overhead``), because that is what this school costs.
-- :class:`OraclePolicy`: sees hidden state (true step types and domains, whether a result is right, whether
-  the plan is faithful): an upper bound, not a deployable policy.
+Every policy but the oracle is *observation-only*: it sees the observation and ``info`` that the env returns and
+nothing else (no env object, no task text, no worker skills), exactly what a learned policy sees.
 
-All take the *unwrapped* :class:`~edo_gym.envs.edo_env.EDOEnv` and the observation and return an action index.
+- :class:`RandomPolicy`: a uniformly random legal action.
+- :class:`StaticPipeline`: a fixed script, the "static pipeline" school made fair: each step goes to the cheapest
+  worker whose shard covers the step's labelled domain (with retrieval for lookups), abstentions are retried,
+  then it submits.
+- :class:`RuleBased`: the strongest observation-only policy we could write: structural and confidence checks on the
+  plan (replan on suspicion), routing by label and price, verification of doubtful results by another worker whose
+  shard covers the domain, rollback and retry on another worker when flagged.
+- :class:`GreedyRouter`: the "dynamic LLM orchestration" school: reads the state and routes each step to the most
+  capable-looking worker (largest model covering the domain), verifies doubtful results, retries flagged ones; every
+  decision costs an LLM call (``decision_cost``), which the evaluation harness charges on the env's ledger with the
+  public :meth:`~edo_gym.envs.edo_env.EDOEnv.charge`.
+- :class:`OraclePolicy` (``uses_hidden_state = True``): reads ``EDOEnv.hidden_state()`` (true step types and
+  domains, correctness of each result, plan faithfulness, worker skills): an upper bound, not a deployable policy.
+
+Interface: ``reset(obs, info)`` at episode start, ``act(obs, info) -> action``; a policy with
+``uses_hidden_state`` implements ``act_hidden(obs, info, hidden)`` instead.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from edo_gym.envs.edo_env import EDOEnv
+from edo_gym.config import DOMAINS, MODEL_SIZES, SUBTASK_TYPES
+from edo_gym.envs import observation as O
+
+Obs = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One plan step as the observation shows it."""
+
+    index: int
+    label: str
+    domain: str
+    done: bool
+    current: bool
+    inputs_done: bool
+    reads_later: bool
+    confidence: float | None
+    verdict: str  # "", "ok", "flagged", "unsure"
+    verifications: int
+    abstained: bool
+    linked: bool
+    attempts: float
+
+
+class ObsView:
+    """Decodes an EDO observation: the action layout, the plan as written, the workers' public profile."""
+
+    def __init__(self, obs: Obs) -> None:
+        self.obs = obs
+        self.mask = obs["action_mask"]
+        workers = obs["workers"]
+        self.n_workers = W = workers.shape[0]
+        self.n_actions = len(self.mask)
+        self.retrieve_flag = self.n_actions == 3 * W + 3
+        self.n_dispatch = 2 * W if self.retrieve_flag else W
+        self.rollback, self.replan, self.submit = self.n_actions - 3, self.n_actions - 2, self.n_actions - 1
+        self.price = workers[:, O.W_PRICE] * 4.0
+        self.size = np.argmax(workers[:, O.W_SIZE : O.W_SIZE + len(MODEL_SIZES)], axis=1)
+        self.shards = [{DOMAINS[d] for d in np.flatnonzero(workers[w, O.W_SHARD : O.W_SHARD + len(DOMAINS)])} for w in range(W)]
+        self.top_k = workers[:, O.W_TOPK] * 10.0
+        self.flagged = workers[:, O.W_FLAGGED]
+        plan = obs["plan"]
+        self.plan_confidence = float(plan[O.P_CONF]) if plan[O.P_CONF_GIVEN] > 0 else None
+        self.fallback = bool(plan[O.P_FALLBACK] > 0)
+        self.steps: list[StepView] = []
+        for i, row in enumerate(obs["subtasks"]):
+            if row[O.C_PRESENT] < 0.5:
+                break
+            verdict = ""
+            for code, name in ((O.C_OK, "ok"), (O.C_FLAG, "flagged"), (O.C_UNSURE, "unsure")):
+                if row[code] > 0:
+                    verdict = name
+            self.steps.append(
+                StepView(
+                    index=i,
+                    label=SUBTASK_TYPES[int(np.argmax(row[O.C_TYPE : O.C_TYPE + len(SUBTASK_TYPES)]))],
+                    domain=DOMAINS[int(np.argmax(row[O.C_DOMAIN : O.C_DOMAIN + len(DOMAINS)]))],
+                    done=bool(row[O.C_DONE] > 0),
+                    current=bool(row[O.C_CURRENT] > 0),
+                    inputs_done=bool(row[O.C_DEPS] > 0),
+                    reads_later=bool(row[O.C_LATER] > 0),
+                    confidence=float(row[O.C_CONF]) if row[O.C_CONF_GIVEN] > 0 else None,
+                    verdict=verdict,
+                    verifications=int(round(row[O.C_NVERIFY] * 4)),
+                    abstained=bool(row[O.C_ABSTAIN] > 0),
+                    linked=bool(row[O.C_LINKED] > 0),
+                    attempts=float(row[O.C_ATTEMPTS]),
+                )
+            )
+        self.current = next((s for s in self.steps if s.current), None)
+        self.any_done = any(s.done for s in self.steps)
+
+    def dispatch(self, worker: int, retrieve: bool) -> int:
+        return 2 * worker + int(retrieve) if self.retrieve_flag else worker
+
+    def verify(self, worker: int) -> int:
+        return self.n_dispatch + worker
+
+    def legal(self, action: int) -> bool:
+        return bool(self.mask[action] > 0)
+
+    def covering(self, domain: str) -> list[int]:
+        """Workers whose shard holds ``domain``, cheapest first (ties: more context first)."""
+        ws = [w for w in range(self.n_workers) if domain in self.shards[w]]
+        return sorted(ws, key=lambda w: (self.price[w], -self.top_k[w], w))
+
+    def cheapest(self) -> int:
+        return int(min(range(self.n_workers), key=lambda w: (self.price[w], w)))
+
+    def largest(self, candidates: list[int] | None = None) -> int:
+        pool = candidates if candidates else list(range(self.n_workers))
+        return int(max(pool, key=lambda w: (self.size[w], self.top_k[w], -w)))
 
 
 class HeuristicPolicy:
-    """Base class: ``reset(env)`` at episode start, ``act(env, obs)`` per step."""
+    """Base class of the hand-written policies (see module docstring).
+
+    :cvar uses_hidden_state: ``True`` only for the oracle.
+    :cvar decision_cost: ``(tokens, calls, latency_s)`` the policy's own decision-making costs per step; the
+        evaluation harness charges it with ``EDOEnv.charge`` before each step.
+    """
 
     name = "heuristic"
+    uses_hidden_state = False
+    decision_cost: tuple[int, int, float] = (0, 0, 0.0)
 
-    def reset(self, env: EDOEnv) -> None:  # noqa: B027 - optional hook
-        """Called after ``env.reset()``."""
+    def reset(self, obs: Obs, info: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Called after ``env.reset()`` with its observation and info."""
 
-    def act(self, env: EDOEnv, obs: dict[str, np.ndarray]) -> int:
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
         raise NotImplementedError
-
-    # helpers shared by the policies
-    @staticmethod
-    def dispatch_action(env: EDOEnv, worker: int, retrieve: bool) -> int:
-        return worker * 2 + int(retrieve) if env.retrieve_flag else worker
-
-    @staticmethod
-    def best_worker(env: EDOEnv, kind: str, domain: str, exclude: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-        """The worker with the domain in its shard (for lookups) and the best skill for ``kind``."""
-        skill_kind = "lookup" if kind == "merged" else kind
-        best, best_score = 0, -1.0
-        for i, spec in enumerate(env.config.workers):
-            if i in exclude:
-                continue
-            score = spec.skills[skill_kind]
-            if skill_kind == "lookup":
-                score = score if domain in spec.shard else spec.parametric_knowledge * 0.5
-            if score > best_score:
-                best, best_score = i, score
-        return best
 
 
 class RandomPolicy(HeuristicPolicy):
@@ -63,39 +150,121 @@ class RandomPolicy(HeuristicPolicy):
     def __init__(self, seed: int = 0) -> None:
         self.rng = np.random.default_rng(seed)
 
-    def act(self, env: EDOEnv, obs: dict[str, np.ndarray]) -> int:
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
         return int(self.rng.choice(np.flatnonzero(obs["action_mask"])))
 
 
+class SubmitAtOnce(HeuristicPolicy):
+    """Submits at the first step (the floor every useful policy must beat)."""
+
+    name = "submit_at_once"
+
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
+        return ObsView(obs).submit
+
+
 class StaticPipeline(HeuristicPolicy):
-    """A fixed script by type label (see module docstring)."""
+    """Route by label to the cheapest covering worker, retrieve for lookups, retry abstentions, submit at the end."""
 
     name = "static_pipeline"
 
     def __init__(self, max_retries: int = 3) -> None:
         self.max_retries = max_retries
 
-    def reset(self, env: EDOEnv) -> None:
-        specs = env.config.workers
-        # Designed once, by hand: the lookup worker is the one that covers the most domains.
-        self.route = {
-            "lookup": max(range(len(specs)), key=lambda i: (len(specs[i].shard), specs[i].skills["lookup"])),
-            "compute": max(range(len(specs)), key=lambda i: specs[i].skills["compute"]),
-            "write": max(range(len(specs)), key=lambda i: specs[i].skills["write"]),
-        }
+    def reset(self, obs: Obs, info: dict[str, Any]) -> None:
         self.retries = 0
 
-    def act(self, env: EDOEnv, obs: dict[str, np.ndarray]) -> int:
-        if env.done_stack:
-            last = env.results[env.done_stack[-1]]
-            if last is not None and last.abstained and self.retries < self.max_retries:
-                self.retries += 1
-                return env.A_ROLLBACK
-        i = env.current_step
-        if i < 0:
-            return env.A_SUBMIT
-        label = env.plan.steps[i].label
-        return self.dispatch_action(env, self.route[label], label == "lookup")
+    @staticmethod
+    def route(v: ObsView, step: StepView) -> tuple[int, bool]:
+        """The cheapest worker covering the step's labelled domain (else the cheapest), retrieval for lookups."""
+        covering = v.covering(step.domain)
+        w = covering[0] if covering else v.cheapest()
+        return w, step.label == "lookup" and step.domain in v.shards[w]
+
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
+        v = ObsView(obs)
+        last = _last_done(v)
+        if last is not None and last.abstained and self.retries < self.max_retries and v.legal(v.rollback):
+            self.retries += 1
+            return v.rollback
+        if v.current is None:
+            return v.submit
+        w, retrieve = self.route(v, v.current)
+        return v.dispatch(w, retrieve)
+
+
+def _last_done(v: ObsView) -> StepView | None:
+    """The most recent result: the done step just before the current one (or the last step when all are done)."""
+    if v.current is None:
+        return v.steps[-1] if v.steps and v.steps[-1].done else None
+    i = v.current.index - 1
+    return v.steps[i] if i >= 0 and v.steps[i].done else None
+
+
+class RuleBased(HeuristicPolicy):
+    """The strongest observation-only policy we could write (see module docstring).
+
+    :param verify_below: verify a result whose confidence is below this (or that gives none), and always the last step.
+    :param replan_below: replan a fresh plan whose planner confidence is below this.
+    :param max_tries: dispatches per step before accepting what it has.
+    """
+
+    name = "rule_based"
+
+    def __init__(self, verify_below: float = 0.75, replan_below: float = 0.5, max_tries: int = 3) -> None:
+        self.verify_below = verify_below
+        self.replan_below = replan_below
+        self.max_tries = max_tries
+
+    def reset(self, obs: Obs, info: dict[str, Any]) -> None:
+        self.tried: dict[int, list[int]] = {}
+        self.verifiers: dict[int, list[int]] = {}
+
+    def _order(self, v: ObsView, step: StepView) -> list[int]:
+        """Workers to try for a step, best guess first: covering workers by price, then the rest by size."""
+        covering = v.covering(step.domain)
+        if step.label != "lookup":
+            # compute/write: the cheapest covering worker first, then the largest model
+            rest = sorted(set(range(v.n_workers)) - set(covering), key=lambda w: (-v.size[w], v.price[w]))
+            return covering + rest
+        rest = sorted(set(range(v.n_workers)) - set(covering), key=lambda w: (-v.size[w], v.price[w]))
+        return covering + rest
+
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
+        v = ObsView(obs)
+        if not v.any_done and v.legal(v.replan):
+            suspicious = v.fallback or any(s.reads_later for s in v.steps)
+            if suspicious or (v.plan_confidence is not None and v.plan_confidence < self.replan_below):
+                self.tried, self.verifiers = {}, {}
+                return v.replan
+        last = _last_done(v)
+        if last is not None:
+            tries = self.tried.get(last.index, [])
+            bad = last.abstained or last.verdict == "flagged" or not last.linked
+            if bad and len(tries) < self.max_tries and v.legal(v.rollback):
+                return v.rollback
+            needs_check = (
+                last.verdict in ("", "unsure")
+                and (last.confidence is None or last.confidence < self.verify_below or v.current is None)
+                and last.verifications < 2
+            )
+            if needs_check:
+                producer = tries[-1] if tries else -1
+                done_by = self.verifiers.setdefault(last.index, [])
+                for w in [w for w in v.covering(last.domain) if w != producer] + [v.largest()]:
+                    if w not in done_by and w != producer and v.legal(v.verify(w)):
+                        done_by.append(w)
+                        return v.verify(w)
+        step = v.current
+        if step is None:
+            return v.submit
+        tries = self.tried.setdefault(step.index, [])
+        self.verifiers[step.index] = []
+        order = self._order(v, step)
+        w = next((w for w in order if w not in tries), order[len(tries) % len(order)])
+        tries.append(w)
+        retrieve = step.label == "lookup" and step.domain in v.shards[w]
+        return v.dispatch(w, retrieve)
 
 
 class GreedyRouter(HeuristicPolicy):
@@ -111,84 +280,95 @@ class GreedyRouter(HeuristicPolicy):
     def __init__(
         self, router_tokens: int = 150, router_latency_s: float = 0.6, verify_below: float = 0.65, max_retries: int = 2
     ) -> None:
-        self.router_tokens = router_tokens
-        self.router_latency_s = router_latency_s
+        self.decision_cost = (router_tokens, 1, router_latency_s)
         self.verify_below = verify_below
         self.max_retries = max_retries
 
-    def reset(self, env: EDOEnv) -> None:
-        self.tried: dict[int, set[int]] = {}
+    def reset(self, obs: Obs, info: dict[str, Any]) -> None:
+        self.tried: dict[int, list[int]] = {}
 
-    def act(self, env: EDOEnv, obs: dict[str, np.ndarray]) -> int:
-        env.add_overhead(tokens=self.router_tokens, calls=1, latency_s=self.router_latency_s)
-        mask = obs["action_mask"]
-        plan = env.plan
-        # A plan whose length does not match the task, whose order breaks dependencies, or that the planner
-        # itself doubts, is redone while replans last.
-        if mask[env.A_REPLAN] and not env.done_stack:
-            expected_len = env.task.hops + 1 if env.task.family != "multihop" else env.task.hops
-            broken_order = any(d >= i for i, s in enumerate(plan.steps) for d in s.deps)
-            if len(plan.steps) != expected_len or broken_order or plan.confidence < 0.6:
-                self.tried = {}
-                return env.A_REPLAN
-        if env.done_stack:
-            j = env.done_stack[-1]
-            rec = env.results[j]
-            assert rec is not None
-            if env.verified[j] == 2 or rec.abstained:
-                if len(self.tried.get(j, ())) <= self.max_retries and mask[env.A_ROLLBACK]:
-                    return env.A_ROLLBACK
-            elif env.verified[j] == 0 and rec.confidence < self.verify_below and mask[env.A_VERIFY]:
-                return env.A_VERIFY
-        i = env.current_step
-        if i < 0:
-            return env.A_SUBMIT
-        step = plan.steps[i]
-        tried = self.tried.setdefault(i, set())
-        w = self.best_worker(env, step.label, step.domain_label, exclude=tried if len(tried) < len(env.workers) else set())
-        tried.add(w)
-        return self.dispatch_action(env, w, step.label == "lookup" and step.domain_label in env.config.workers[w].shard)
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
+        v = ObsView(obs)
+        if not v.any_done and v.legal(v.replan) and (v.fallback or any(s.reads_later for s in v.steps)):
+            self.tried = {}
+            return v.replan
+        last = _last_done(v)
+        if last is not None:
+            tries = self.tried.get(last.index, [])
+            if (last.verdict == "flagged" or last.abstained) and len(tries) <= self.max_retries and v.legal(v.rollback):
+                return v.rollback
+            if last.verdict == "" and last.confidence is not None and last.confidence < self.verify_below:
+                w = v.largest()
+                if v.legal(v.verify(w)):
+                    return v.verify(w)
+        step = v.current
+        if step is None:
+            return v.submit
+        tries = self.tried.setdefault(step.index, [])
+        covering = v.covering(step.domain) or list(range(v.n_workers))
+        ranked = sorted(covering, key=lambda w: (-v.size[w], -v.top_k[w], w))
+        w = next((w for w in ranked if w not in tries), ranked[0])
+        tries.append(w)
+        return v.dispatch(w, step.label == "lookup" and step.domain in v.shards[w])
 
 
 class OraclePolicy(HeuristicPolicy):
-    """Upper bound that reads ``env.hidden_state()`` (see module docstring)."""
+    """Upper bound that reads ``EDOEnv.hidden_state()`` (see module docstring)."""
 
     name = "oracle"
+    uses_hidden_state = True
 
-    def __init__(self, max_retries: int = 3) -> None:
-        self.max_retries = max_retries
+    def __init__(self, max_tries: int = 5) -> None:
+        self.max_tries = max_tries
 
-    def reset(self, env: EDOEnv) -> None:
+    def reset(self, obs: Obs, info: dict[str, Any]) -> None:
         self.tries: dict[int, int] = {}
 
-    def act(self, env: EDOEnv, obs: dict[str, np.ndarray]) -> int:
-        mask = obs["action_mask"]
-        if not env.plan.is_faithful and mask[env.A_REPLAN]:
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
+        raise TypeError("OraclePolicy needs hidden state: call act_hidden(obs, info, env.unwrapped.hidden_state())")
+
+    def _ranked(self, v: ObsView, hidden: dict[str, Any], kind: str, domain: str) -> list[tuple[int, bool]]:
+        """``(worker, retrieve)`` options, most likely right first (by the hidden skills and memories)."""
+        options = []
+        for w, name in enumerate(hidden["worker_skills"]):
+            skills = hidden["worker_skills"][name]
+            if kind in ("lookup", "merged"):
+                if domain in v.shards[w]:
+                    options.append((skills["lookup_by_domain"].get(domain, 0.0) - 0.01 * v.price[w], w, True))
+                options.append((skills["memory_coverage"] * skills["memory_accuracy"] - 0.01 * v.price[w], w, False))
+            else:
+                options.append((skills["types"].get(kind, 0.0) - 0.01 * v.price[w], w, False))
+        options.sort(reverse=True)
+        return [(w, r) for _, w, r in options]
+
+    def act_hidden(self, obs: Obs, info: dict[str, Any], hidden: dict[str, Any]) -> int:
+        v = ObsView(obs)
+        if not hidden["plan_faithful"] and v.legal(v.replan):
             self.tries = {}
-            return env.A_REPLAN
-        if env.done_stack:
-            j = env.done_stack[-1]
-            rec = env.results[j]
-            if rec is not None and not rec.correct and self.tries.get(j, 0) <= self.max_retries:
-                return env.A_ROLLBACK
-        i = env.current_step
-        if i < 0:
-            return env.A_SUBMIT
-        step = env.plan.steps[i]
-        n = self.tries.get(i, 0)
-        self.tries[i] = n + 1
-        w = self.best_worker(env, step.kind, step.domain)
-        retrieve = step.kind in ("lookup", "merged") and step.domain in env.config.workers[w].shard
-        if n >= 2 and step.kind in ("lookup", "merged"):
-            # the same query retrieves the same documents: after two misses, try the best parametric memory
-            w = max(range(len(env.workers)), key=lambda k: env.config.workers[k].parametric_knowledge)
-            retrieve = False
-        return self.dispatch_action(env, w, retrieve)
+            return v.replan
+        last = _last_done(v)
+        if last is not None:
+            correct = hidden["correct"]
+            upstream_right = all(c is not False for c in correct[: last.index])
+            if correct[last.index] is False and upstream_right and self.tries.get(last.index, 0) < self.max_tries:
+                if v.legal(v.rollback):
+                    return v.rollback
+        step = v.current
+        if step is None:
+            return v.submit
+        n = self.tries.get(step.index, 0)
+        self.tries[step.index] = n + 1
+        kind, domain = hidden["kinds"][step.index], hidden["domains"][step.index]
+        ranked = self._ranked(v, hidden, kind if kind != "unknown" else step.label, domain or step.domain)
+        # the best option twice (reading is noisy), then the next ones
+        w, retrieve = ranked[min((0, 1, 0, 2, 3, 4)[min(n, 5)], len(ranked) - 1)]
+        return v.dispatch(w, retrieve)
 
 
 HEURISTICS: dict[str, type[HeuristicPolicy]] = {
     "random": RandomPolicy,
     "static_pipeline": StaticPipeline,
+    "rule_based": RuleBased,
     "greedy_router": GreedyRouter,
     "oracle": OraclePolicy,
 }

@@ -27,7 +27,8 @@ ILLEGAL_ACTION_MODES: tuple[str, ...] = ("penalize", "raise")
 RETRIEVAL_DECIDERS: tuple[str, ...] = ("orchestrator", "worker")
 RETRIEVER_MODES: tuple[str, ...] = ("shared", "per_worker")
 TASK_SPLITS: tuple[str, ...] = ("train", "test", "all")
-PLANNER_ERRORS: tuple[str, ...] = ("drop", "merge", "reorder", "mislabel")
+PLANNER_ERRORS: tuple[str, ...] = ("drop", "merge", "reorder", "mislabel", "wrong_relation", "wrong_entity", "wrong_op")
+RETRIEVAL_ABLATIONS: tuple[str, ...] = ("none", "shuffled")
 
 
 def _check_type(owner: str, name: str, value: Any, types: type | tuple[type, ...]) -> None:
@@ -144,13 +145,25 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class PlannerConfig:
-    """The imperfect Planner: with probability ``error_rate`` a decomposition has one error."""
+    """The imperfect Planner: with probability ``error_rate`` a decomposition carries one error.
 
-    error_rate: float = 0.2
-    #: Relative weights of the error kinds, in the order of ``PLANNER_ERRORS`` (drop, merge, reorder, mislabel).
-    error_weights: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
-    #: Tokens a planner call costs beyond the task text (instructions and the written plan).
-    overhead_tokens: int = 120
+    Error kinds (``PLANNER_ERRORS``): ``drop`` (a hop goes missing), ``merge`` (two chained lookups become one
+    two-hop question), ``reorder`` (a step comes before its input), ``mislabel`` (wrong type or domain label on a
+    step; the plan still works), and three that keep the plan's length and structure: ``wrong_relation`` (a lookup
+    asks for the wrong relation), ``wrong_entity`` (the first lookup starts from the wrong entity) and
+    ``wrong_op`` (an aggregation computes the wrong operator). The default weights favour the shape-keeping ones,
+    which no structural check can see.
+    """
+
+    error_rate: float = 0.35
+    #: Relative weights of the error kinds, in the order of ``PLANNER_ERRORS``.
+    error_weights: tuple[float, ...] = (0.5, 0.5, 0.5, 1.0, 1.5, 1.5, 1.0)
+    #: Probability that the planner's reply is not valid JSON (one repair call follows, then a one-step fallback).
+    malformed_rate: float = 0.02
+    #: The planner's stated confidence: mean for plans that work / plans that do not, and the noise around both.
+    confidence_mean_faithful: float = 0.72
+    confidence_mean_unfaithful: float = 0.6
+    confidence_sd: float = 0.15
 
     def __post_init__(self) -> None:
         owner = "PlannerConfig"
@@ -159,34 +172,46 @@ class PlannerConfig:
             object.__setattr__(self, "error_weights", tuple(self.error_weights))
         _check_type(owner, "error_weights", self.error_weights, tuple)
         if len(self.error_weights) != len(PLANNER_ERRORS):
-            raise ValueError(f"{owner}.error_weights must have {len(PLANNER_ERRORS)} entries {list(PLANNER_ERRORS)}")
+            raise ValueError(
+                f"{owner}.error_weights must have {len(PLANNER_ERRORS)} entries {list(PLANNER_ERRORS)}, got {len(self.error_weights)}"
+            )
         for w in self.error_weights:
             _check_float(owner, "error_weights[]", w, 0.0)
         if sum(self.error_weights) <= 0:
             raise ValueError(f"{owner}.error_weights must not all be zero")
-        _check_int(owner, "overhead_tokens", self.overhead_tokens, 0, 100_000)
+        _check_float(owner, "malformed_rate", self.malformed_rate, 0.0, 1.0)
+        _check_float(owner, "confidence_mean_faithful", self.confidence_mean_faithful, 0.0, 1.0)
+        _check_float(owner, "confidence_mean_unfaithful", self.confidence_mean_unfaithful, 0.0, 1.0)
+        _check_float(owner, "confidence_sd", self.confidence_sd, 0.0, 1.0)
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One worker: a specialty profile, a knowledge shard and a cost model.
+    """One worker: a hidden competence profile, a knowledge shard, a price and a cost model.
 
-    ``skills`` maps each subtask type to the probability that the worker gets that type right when it has
-    what it needs (for ``lookup``: the gold document among its retrieved documents).
+    What an operator knows and the observation shows: ``size``, ``price``, the shard's domains (and so its
+    document count) and ``top_k``. What is hidden (the simulated model's competence, learned only from
+    experience): ``skills`` (probability of doing a step of each type right when it has what it needs; for a
+    lookup, of reading the right value off the right document), ``domain_skills`` (lookup reading skill per
+    document domain, overriding ``skills["lookup"]``), the parametric memory (``memory_coverage``: share of
+    facts it remembers, ``memory_accuracy``: share of those it remembers right), ``format_drift`` and
+    ``abstain_rate``.
     """
 
     name: str
     size: str
     shard: tuple[str, ...]
     skills: dict[str, float]
-    #: Probability of answering a fact lookup right from parametric memory (no retrieval).
-    parametric_knowledge: float = 0.1
-    #: Probability that a correct answer comes back in a drifted format.
-    format_drift: float = 0.05
+    domain_skills: dict[str, float] = field(default_factory=dict)
+    #: Price multiplier of this worker's tokens (the reward's token cost is ``token_weight * price`` per 1k tokens).
+    price: float = 1.0
+    memory_coverage: float = 0.1
+    memory_accuracy: float = 0.7
+    #: Probability that an answer comes back in a drifted format (see ``edo_gym.world.text.DRIFTS``).
+    format_drift: float = 0.08
     #: Probability of abstaining when the worker has nothing to go on.
     abstain_rate: float = 0.3
-    #: Retrieval rule used when the workers decide retrieval themselves: retrieve for lookups whose domain
-    #: is in the shard.
+    #: Documents its retriever returns per query (more context: better recall, more prompt tokens).
     top_k: int = 3
 
     def __post_init__(self) -> None:
@@ -205,50 +230,77 @@ class WorkerSpec:
             raise ValueError(f"{owner}.skills must have exactly the keys {list(SUBTASK_TYPES)}, got {sorted(self.skills)}")
         for key, value in self.skills.items():
             _check_float(owner, f"skills[{key!r}]", value, 0.0, 1.0)
-        _check_float(owner, "parametric_knowledge", self.parametric_knowledge, 0.0, 1.0)
+        _check_type(owner, "domain_skills", self.domain_skills, dict)
+        for key, value in self.domain_skills.items():
+            _check_choice(owner, "domain_skills key", key, DOMAINS)
+            _check_float(owner, f"domain_skills[{key!r}]", value, 0.0, 1.0)
+        _check_float(owner, "price", self.price, 0.0, 1000.0)
+        _check_float(owner, "memory_coverage", self.memory_coverage, 0.0, 1.0)
+        _check_float(owner, "memory_accuracy", self.memory_accuracy, 0.0, 1.0)
         _check_float(owner, "format_drift", self.format_drift, 0.0, 1.0)
         _check_float(owner, "abstain_rate", self.abstain_rate, 0.0, 1.0)
         _check_int(owner, "top_k", self.top_k, 1, 20)
 
-    def skill_vector(self) -> tuple[float, ...]:
-        return tuple(float(self.skills[t]) for t in SUBTASK_TYPES)
+    def lookup_skill(self, domain: str) -> float:
+        """Reading skill of a lookup in ``domain`` (hidden; the simulator and the oracle use it)."""
+        return float(self.domain_skills.get(domain, self.skills["lookup"]))
 
 
 def default_workers() -> tuple[WorkerSpec, ...]:
-    """The default team. No worker is best at every subtask type, and each holds only part of the corpus."""
+    """The default team.
+
+    No worker is best at every subtask type and domain, and every domain is in at least two shards at different
+    prices: cheap small workers with narrow context (``top_k``), a medium analyst, an expensive large generalist.
+    """
     return (
         WorkerSpec(
             name="support_agent",
             size="small",
             shard=("orders", "shipping", "policies"),
-            skills={"lookup": 0.95, "compute": 0.55, "write": 0.85},
-            parametric_knowledge=0.08,
-            format_drift=0.08,
+            skills={"lookup": 0.9, "compute": 0.55, "write": 0.85},
+            domain_skills={"orders": 0.88, "shipping": 0.9, "policies": 0.94},
+            price=1.0,
+            memory_coverage=0.05,
+            memory_accuracy=0.6,
+            format_drift=0.1,
+            top_k=2,
         ),
         WorkerSpec(
             name="wiki_agent",
             size="small",
             shard=("people", "companies", "places"),
-            skills={"lookup": 0.93, "compute": 0.5, "write": 0.55},
-            parametric_knowledge=0.12,
+            skills={"lookup": 0.88, "compute": 0.5, "write": 0.6},
+            domain_skills={"people": 0.9, "companies": 0.8, "places": 0.88},
+            price=1.0,
+            memory_coverage=0.1,
+            memory_accuracy=0.7,
             format_drift=0.1,
+            top_k=2,
         ),
         WorkerSpec(
             name="analyst",
             size="medium",
-            shard=("sales",),
-            skills={"lookup": 0.9, "compute": 0.95, "write": 0.5},
-            parametric_knowledge=0.08,
+            shard=("sales", "orders", "companies"),
+            skills={"lookup": 0.88, "compute": 0.95, "write": 0.5},
+            domain_skills={"sales": 0.95, "orders": 0.9, "companies": 0.93},
+            price=2.0,
+            memory_coverage=0.08,
+            memory_accuracy=0.7,
             format_drift=0.05,
+            top_k=4,
         ),
         WorkerSpec(
             name="generalist",
             size="large",
-            shard=("policies", "places"),
-            skills={"lookup": 0.85, "compute": 0.8, "write": 0.96},
-            parametric_knowledge=0.3,
-            format_drift=0.02,
+            shard=("policies", "places", "people", "shipping", "sales"),
+            skills={"lookup": 0.93, "compute": 0.85, "write": 0.95},
+            domain_skills={"sales": 0.82},
+            price=4.0,
+            memory_coverage=0.3,
+            memory_accuracy=0.8,
+            format_drift=0.03,
             abstain_rate=0.15,
+            top_k=4,
         ),
     )
 
@@ -277,6 +329,9 @@ class RetrievalConfig:
     task_embedding_dim: int = 32
     #: Simulated latency of one retrieval, seconds (charged to the episode, never the wall clock).
     latency_s: float = 0.05
+    #: ``"none"``, or ``"shuffled"``: every retriever returns random documents of its own shard instead of the
+    #: search result (an ablation for the validity benchmark: retrieval must matter).
+    ablation: str = "none"
 
     def __post_init__(self) -> None:
         owner = "RetrievalConfig"
@@ -292,19 +347,29 @@ class RetrievalConfig:
         _check_int(owner, "result_cache_size", self.result_cache_size, 1, 10_000_000)
         _check_int(owner, "task_embedding_dim", self.task_embedding_dim, 1, 4096)
         _check_float(owner, "latency_s", self.latency_s, 0.0, 60.0)
+        _check_choice(owner, "ablation", self.ablation, RETRIEVAL_ABLATIONS)
 
 
 @dataclass(frozen=True)
 class RewardConfig:
     """Reward = terminal task score minus collaboration cost charged per step.
 
-    Each cost has its own weight; ``info["reward_terms"]`` carries the breakdown and sums to the reward.
+    The score of a correct final answer is ``success_reward * (1 + hop_bonus * (hops - 1))``, so that long tasks,
+    whose collaboration costs grow with their length, stay worth doing. A written reply is correct when its
+    token F1 against the gold reply is at least ``write_f1_threshold``; with ``partial_credit > 0`` a reply
+    below the threshold scores ``partial_credit * F1`` of the full score. Costs: ``token_weight`` per 1,000 tokens
+    times the price of the worker that used them, ``call_weight`` per LLM call, ``latency_weight`` per simulated
+    second. ``info["reward_terms"]`` carries the breakdown and sums to the reward.
     """
 
     success_reward: float = 1.0
-    #: Score given for a final answer that is right but in a drifted format (0 = exact match only).
+    #: Extra score per hop beyond the first, as a fraction of ``success_reward``.
+    hop_bonus: float = 0.5
+    #: Score fraction for a written reply below the F1 threshold (times its F1); 0 = all or nothing.
     partial_credit: float = 0.0
-    #: Weight per 1,000 tokens (prompt + completion).
+    #: Token F1 a written reply needs to count as correct.
+    write_f1_threshold: float = 0.8
+    #: Weight per 1,000 tokens at price 1.0 (a worker's ``price`` multiplies it).
     token_weight: float = 0.05
     #: Weight per LLM call (worker, verifier, planner, router).
     call_weight: float = 0.01
@@ -316,11 +381,17 @@ class RewardConfig:
     def __post_init__(self) -> None:
         owner = "RewardConfig"
         _check_float(owner, "success_reward", self.success_reward, 0.0, 1000.0, low_open=True)
+        _check_float(owner, "hop_bonus", self.hop_bonus, 0.0, 100.0)
         _check_float(owner, "partial_credit", self.partial_credit, 0.0, 1.0)
+        _check_float(owner, "write_f1_threshold", self.write_f1_threshold, 0.0, 1.0, low_open=True)
         _check_float(owner, "token_weight", self.token_weight, 0.0, 100.0)
         _check_float(owner, "call_weight", self.call_weight, 0.0, 100.0)
         _check_float(owner, "latency_weight", self.latency_weight, 0.0, 100.0)
         _check_float(owner, "illegal_action_penalty", self.illegal_action_penalty, 0.0, 100.0)
+
+    def task_score(self, hops: int) -> float:
+        """Score of a correct final answer to a task of ``hops`` hops."""
+        return self.success_reward * (1.0 + self.hop_bonus * (max(1, hops) - 1))
 
 
 @dataclass(frozen=True)
@@ -337,16 +408,19 @@ class EDOConfig:
     retrieval_decider: str = "orchestrator"
     #: Episode step limit (truncation); ``None`` derives ``4 * max_subtasks + 4``.
     max_steps: int | None = None
-    #: Token budget of one episode; exceeding it ends the episode as a failure.
-    token_budget: int = 20_000
+    #: Token budget of one episode; exceeding it ends the episode as a failure. ``None`` derives
+    #: ``token_budget_per_subtask * max_subtasks`` (a property of the env, not of the task, so it reveals nothing).
+    token_budget: int | None = None
+    token_budget_per_subtask: int = 500
     #: Simulated-latency budget of one episode, seconds; used to normalise the observation.
     latency_budget_s: float = 60.0
     max_replans: int = 2
     enable_replan: bool = True
     enable_verify: bool = True
-    #: Verifier: probability of flagging a bad result, and of flagging a good one.
-    verify_recall: float = 0.85
-    verify_false_alarm: float = 0.05
+    #: Coordination tokens charged per rollback (telling the team to discard a result); the discarded work stays charged.
+    rollback_tokens: int = 60
+    #: Minimum similarity for fuzzy entity linking of an upstream answer (see ``edo_gym.world.text.EntityLinker``).
+    entity_link_threshold: float = 0.85
     illegal_action: str = "penalize"
     #: Number of past actions in the observation.
     history_len: int = 4
@@ -382,13 +456,15 @@ class EDOConfig:
         _check_choice(owner, "retrieval_decider", self.retrieval_decider, RETRIEVAL_DECIDERS)
         if self.max_steps is not None:
             _check_int(owner, "max_steps", self.max_steps, 1, 10_000)
-        _check_int(owner, "token_budget", self.token_budget, 1, 100_000_000)
+        if self.token_budget is not None:
+            _check_int(owner, "token_budget", self.token_budget, 1, 100_000_000)
+        _check_int(owner, "token_budget_per_subtask", self.token_budget_per_subtask, 1, 10_000_000)
         _check_float(owner, "latency_budget_s", self.latency_budget_s, 0.0, 1e6, low_open=True)
         _check_int(owner, "max_replans", self.max_replans, 0, 100)
         _check_type(owner, "enable_replan", self.enable_replan, bool)
         _check_type(owner, "enable_verify", self.enable_verify, bool)
-        _check_float(owner, "verify_recall", self.verify_recall, 0.0, 1.0)
-        _check_float(owner, "verify_false_alarm", self.verify_false_alarm, 0.0, 1.0)
+        _check_int(owner, "rollback_tokens", self.rollback_tokens, 0, 100_000)
+        _check_float(owner, "entity_link_threshold", self.entity_link_threshold, 0.0, 1.0, low_open=True)
         _check_choice(owner, "illegal_action", self.illegal_action, ILLEGAL_ACTION_MODES)
         _check_int(owner, "history_len", self.history_len, 0, 64)
         _check_int(owner, "backend_retries", self.backend_retries, 0, 10)
@@ -399,6 +475,11 @@ class EDOConfig:
     def max_subtasks(self) -> int:
         """Rows of the subtask table in the observation: the longest gold plan (hops + 1) plus one for planner errors."""
         return self.tasks.max_hops + 2
+
+    @property
+    def episode_token_budget(self) -> int:
+        """The token budget in force (``token_budget``, or the derived one)."""
+        return self.token_budget if self.token_budget is not None else self.token_budget_per_subtask * self.max_subtasks
 
     @property
     def step_limit(self) -> int:

@@ -1,17 +1,27 @@
-"""Planner, workers and the generation backend interface."""
+"""Agents of the multi-agent system: the LLM protocol, the simulated models, the planner, workers and verifiers."""
 
-from edo_gym.agents.backend import GenerationBackend, GenerationRequest, GenerationResult, SimulatedBackend
-from edo_gym.agents.planner import Plan, Planner, PlanStep
-from edo_gym.agents.worker import CallRecord, Worker
+from edo_gym.agents.backend import RetryPolicy, TransientBackendError, call_backend
+from edo_gym.agents.planner import PLAN_FORMAT, Plan, PlanError, PlanStep, parse_plan
+from edo_gym.agents.protocol import LLMBackend, LLMRequest, LLMResponse
+from edo_gym.agents.simulator import SimulatedBackend
+from edo_gym.agents.worker import AgentCaller, CallCost, CallRecord, VerifyRecord, Worker
 
 __all__ = [
+    "PLAN_FORMAT",
+    "AgentCaller",
+    "CallCost",
     "CallRecord",
-    "GenerationBackend",
-    "GenerationRequest",
-    "GenerationResult",
+    "LLMBackend",
+    "LLMRequest",
+    "LLMResponse",
     "Plan",
+    "PlanError",
     "PlanStep",
-    "Planner",
+    "RetryPolicy",
     "SimulatedBackend",
+    "TransientBackendError",
+    "VerifyRecord",
     "Worker",
+    "call_backend",
+    "parse_plan",
 ]

@@ -1,166 +1,107 @@
-"""The Planner: decomposes a task into an ordered plan of steps, imperfectly.
+"""The Planner: asks a model for a JSON plan, validates it, repairs it once, and falls back when it cannot.
 
-With probability ``PlannerConfig.error_rate`` a plan carries one error: a step is *dropped* (a hop goes
-missing and its dependent reads the wrong input), two chained lookups are *merged* into one hard step, two
-dependent steps are *reordered* (a step runs before its input exists), or a step is *mislabelled* (wrong type
-or domain shown to the orchestrator). ``replan`` samples a fresh decomposition.
+A plan is an ordered list of steps, each with a type label, a domain label, an instruction and the ids of the
+earlier steps whose answers it reads (``{k}`` in an instruction stands for step ``k``'s answer, 1-based). The
+planner's reply must follow :data:`PLAN_FORMAT`; :func:`parse_plan` checks it against that schema. A reply that
+fails gets one repair call (the error is quoted back); if that fails too, a one-step fallback plan ("answer the
+task directly") is used. Every call is charged. What the plan *means* (its true step types, whether it answers
+the task) is hidden state, computed by :mod:`edo_gym.world.grading`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+from dataclasses import dataclass
 
-import numpy as np
+from edo_gym.config import DOMAINS, SUBTASK_TYPES
 
-from edo_gym.config import DOMAINS, PLANNER_ERRORS, SUBTASK_TYPES, PlannerConfig
-from edo_gym.world.generator import World
-from edo_gym.world.tasks import Task, apply_op
+PLAN_FORMAT = (
+    'JSON only: {"steps": [{"type": "lookup" | "compute" | "write", "domain": one of '
+    + ", ".join(f'"{d}"' for d in DOMAINS)
+    + ', "instruction": "...", "inputs": [ids of the earlier steps it uses]}]}. Steps are numbered from 1; '
+    'write {k} in an instruction where step k\'s answer goes.'
+)
+PLANNER_SYSTEM = (
+    "You are the planner of a team of assistants. Decompose the task into the smallest sequence of steps, each a "
+    "single fact lookup, a computation or a written reply."
+)
+PLAN_INSTRUCTION = "Decompose the task into steps."
+REPAIR_INSTRUCTION = "Your previous plan was invalid ({error}). Reply again with a valid plan."
+MAX_INSTRUCTION_CHARS = 600
 
 
 @dataclass(frozen=True)
 class PlanStep:
-    """One step of a plan.
+    """One step as the planner wrote it (everything here is observable).
 
-    ``kind``/``domain`` are the truth; ``label``/``domain_label`` are what the planner wrote and what the
-    orchestrator observes. ``expected`` is the answer the step gives when every step before it is right.
+    :param label: the type label (``lookup``, ``compute`` or ``write``).
+    :param domain_label: the document domain label.
+    :param instruction: instruction template; ``{k}`` placeholders are filled with step ``k``'s answer (1-based).
+    :param deps: 0-based indices of the steps it reads.
     """
 
-    kind: str  # lookup | merged | compute | write
     label: str
-    domain: str
     domain_label: str
-    relations: tuple[str, ...]
-    op: str | None
+    instruction: str
     deps: tuple[int, ...]
-    literal: str | None
-    expected: str = ""
 
 
 @dataclass(frozen=True)
 class Plan:
+    """A validated plan. ``source`` is ``planner``, ``repaired`` or ``fallback``; ``confidence`` may be ``None``."""
+
     steps: tuple[PlanStep, ...]
-    error: str | None  # hidden: which planner error this plan carries, if any
-    confidence: float  # the planner's own (noisy) confidence, observable
-
-    @property
-    def is_faithful(self) -> bool:
-        """``True`` when executing this plan perfectly answers the task (a mislabel does not break it)."""
-        return self.error in (None, "mislabel")
+    confidence: float | None
+    source: str = "planner"
 
 
-class Planner:
-    """Seeded, imperfect task decomposition (see module docstring)."""
+class PlanError(ValueError):
+    """A planner reply that does not follow :data:`PLAN_FORMAT`."""
 
-    def __init__(self, world: World, config: PlannerConfig) -> None:
-        self.world = world
-        self.config = config
-        weights = np.asarray(config.error_weights, dtype=float)
-        self._error_p = weights / weights.sum()
 
-    def decompose(self, task: Task, rng: np.random.Generator) -> Plan:
-        steps = [
-            PlanStep(s.kind, s.kind, s.domain, s.domain, (s.relation,) if s.relation else (), s.op, s.deps, s.literal)
-            for s in task.subtasks
-        ]
-        error = None
-        if rng.random() < self.config.error_rate:
-            error = str(PLANNER_ERRORS[int(rng.choice(len(PLANNER_ERRORS), p=self._error_p))])
-            steps, error = self._corrupt(steps, error, rng)
-        steps = self._with_expected(steps)
-        if error in (None, "mislabel"):
-            confidence = rng.normal(0.8, 0.1)
-        else:
-            confidence = rng.normal(0.55, 0.15)
-        return Plan(tuple(steps), error, float(min(1.0, max(0.0, confidence))))
+def parse_plan(text: str, max_steps: int) -> tuple[PlanStep, ...]:
+    """Validate a planner reply against the plan schema.
 
-    # -- errors -------------------------------------------------------------------------------------------------
-    def _corrupt(self, steps: list[PlanStep], error: str, rng: np.random.Generator) -> tuple[list[PlanStep], str]:
-        n = len(steps)
-        if error == "drop":
-            candidates = [j for j in range(n - 1) if any(j in s.deps for s in steps)]
-            if candidates:
-                return self._drop(steps, int(rng.choice(candidates))), error
-        elif error == "merge":
-            candidates = [
-                j
-                for j in range(n - 1)
-                if steps[j].kind == "lookup" and steps[j + 1].kind == "lookup" and steps[j + 1].deps == (j,)
-            ]
-            if candidates:
-                return self._merge(steps, int(rng.choice(candidates))), error
-        elif error == "reorder":
-            candidates = [j for j in range(n - 1) if j in steps[j + 1].deps]
-            if candidates:
-                return self._swap(steps, int(rng.choice(candidates))), error
-        return self._mislabel(steps, rng), "mislabel"
+    Accepts the JSON object alone or inside a chatty reply / a fenced code block (the outermost ``{...}``).
 
-    @staticmethod
-    def _reindex(steps: list[PlanStep], mapping: dict[int, tuple[int, ...]]) -> list[PlanStep]:
-        out = []
-        for s in steps:
-            deps: list[int] = []
-            for d in s.deps:
-                for nd in mapping[d]:
-                    if nd not in deps:
-                        deps.append(nd)
-            out.append(replace(s, deps=tuple(deps)))
-        return out
+    :raises PlanError: naming the first violation (what was wrong and what is allowed).
+    """
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        raise PlanError("no JSON object in the reply")
+    try:
+        data = json.loads(text[start : end + 1])
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"invalid JSON: {exc.msg} at character {exc.pos}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        raise PlanError('the JSON object must have a "steps" list')
+    raw = data["steps"]
+    if not 1 <= len(raw) <= max_steps:
+        raise PlanError(f"a plan must have 1 to {max_steps} steps, got {len(raw)}")
+    steps = []
+    for k, item in enumerate(raw, start=1):
+        if not isinstance(item, dict):
+            raise PlanError(f"step {k} must be an object")
+        kind, domain, instruction, inputs = item.get("type"), item.get("domain"), item.get("instruction"), item.get("inputs", [])
+        if kind not in SUBTASK_TYPES:
+            raise PlanError(f"step {k}: type must be one of {list(SUBTASK_TYPES)}, got {kind!r}")
+        if domain not in DOMAINS:
+            raise PlanError(f"step {k}: domain must be one of {list(DOMAINS)}, got {domain!r}")
+        if not isinstance(instruction, str) or not instruction.strip() or len(instruction) > MAX_INSTRUCTION_CHARS:
+            raise PlanError(f"step {k}: instruction must be a non-empty string of at most {MAX_INSTRUCTION_CHARS} characters")
+        if not isinstance(inputs, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in inputs):
+            raise PlanError(f"step {k}: inputs must be a list of step ids")
+        if any(not 1 <= i <= len(raw) or i == k for i in inputs):
+            raise PlanError(f"step {k}: inputs must name other steps in 1..{len(raw)}, got {inputs}")
+        steps.append(PlanStep(kind, domain, instruction.strip(), tuple(dict.fromkeys(i - 1 for i in inputs))))
+    return tuple(steps)
 
-    def _drop(self, steps: list[PlanStep], j: int) -> list[PlanStep]:
-        dropped = steps[j]
-        kept = [s for i, s in enumerate(steps) if i != j]
-        new_index = {i: (i if i < j else i - 1,) for i in range(len(steps)) if i != j}
-        new_index[j] = tuple(new_index[d][0] for d in dropped.deps)
-        out = self._reindex(kept, new_index)
-        if not dropped.deps:  # the dependents of a first hop now start from its literal
-            out = [
-                replace(s, literal=dropped.literal) if s.kind == "lookup" and not s.deps and s.literal is None else s
-                for s in out
-            ]
-        return out
 
-    def _merge(self, steps: list[PlanStep], j: int) -> list[PlanStep]:
-        a, b = steps[j], steps[j + 1]
-        merged = PlanStep("merged", "lookup", a.domain, a.domain_label, a.relations + b.relations, None, a.deps, a.literal)
-        kept = steps[:j] + [merged] + steps[j + 2 :]
-        mapping = {i: (i if i <= j else i - 1,) for i in range(len(steps))}
-        return self._reindex(kept, mapping)
+def plan_to_json(steps: list[dict]) -> str:
+    """Serialise steps (dicts with type, domain, instruction, inputs) as a planner reply."""
+    return json.dumps({"steps": steps}, ensure_ascii=False)
 
-    def _swap(self, steps: list[PlanStep], j: int) -> list[PlanStep]:
-        order = list(range(len(steps)))
-        order[j], order[j + 1] = order[j + 1], order[j]
-        new_pos = {old: new for new, old in enumerate(order)}
-        return self._reindex([steps[i] for i in order], {i: (new_pos[i],) for i in range(len(steps))})
 
-    def _mislabel(self, steps: list[PlanStep], rng: np.random.Generator) -> list[PlanStep]:
-        j = int(rng.integers(len(steps)))
-        s = steps[j]
-        label = str(rng.choice([t for t in SUBTASK_TYPES if t != s.label]))
-        domain_label = str(rng.choice([d for d in DOMAINS if d != s.domain_label])) if rng.random() < 0.5 else s.domain_label
-        out = list(steps)
-        out[j] = replace(s, label=label, domain_label=domain_label)
-        return out
-
-    # -- gold execution -----------------------------------------------------------------------------------------
-    def _with_expected(self, steps: list[PlanStep]) -> list[PlanStep]:
-        """Fill ``expected`` by executing the plan on the true facts, following dependencies."""
-        expected: dict[int, str] = {}
-        facts = self.world.facts
-
-        def value(i: int, depth: int = 0) -> str:
-            if i in expected:
-                return expected[i]
-            s = steps[i]
-            if depth > len(steps):
-                return ""
-            if s.kind in ("lookup", "merged"):
-                subject = s.literal if not s.deps else value(s.deps[0], depth + 1)
-                for rel in s.relations:
-                    subject = facts.get((subject, rel), "")
-                out = subject
-            else:
-                out = apply_op(s.op or "", [value(d, depth + 1) for d in s.deps]) or ""
-            expected[i] = out
-            return out
-
-        return [replace(s, expected=value(i)) for i, s in enumerate(steps)]
+def fallback_plan(task_text: str) -> Plan:
+    """The plan used when the planner gives no valid plan twice: one step that answers the task directly."""
+    return Plan((PlanStep("write", DOMAINS[0], task_text[:MAX_INSTRUCTION_CHARS], ()),), None, "fallback")

@@ -1,33 +1,28 @@
-"""Workers: a specialty profile, a mini-RAG over their own knowledge shard, and a cost model.
+"""Agents of the team: workers (with a mini-RAG over their own shard), verifiers, and how every call is priced.
 
-``Worker.run`` executes one plan step: it parses its inputs (as upstream workers wrote them), optionally
-queries its own retriever, builds the prompt, asks the generation backend, and prices the call with real
-token counts (the embedder's tokenizer) and a simulated latency that depends on model size and tokens.
+:meth:`Worker.run` executes one plan step: optionally queries the worker's own retriever with the step's
+question, sends an :class:`~edo_gym.agents.protocol.LLMRequest` (task, instruction, inputs as written upstream,
+retrieved document texts, output format), and prices the call. :meth:`Worker.verify` has the worker re-check a
+result against its own evidence (its own retrieval and knowledge), charged like a dispatch.
 
-Faults never escape ``run``: a retriever that raises (e.g. a chromadb error) or returns unknown document ids
-makes the worker answer without retrieval (``CallRecord.retrieval_error`` says why); a backend call that fails
-after its retries (see :func:`~edo_gym.agents.backend.call_backend`) gives a *failed* record: no answer, but
-charged. Pricing of a call with ``n`` attempts: every attempt sends the prompt (``n`` calls, ``n`` times the
-prompt tokens); a timed-out attempt costs ``timeout_s`` of latency, another failed attempt the model's fixed
-overhead plus its prompt time; the simulated back-off between attempts is added to the latency.
+Pricing (:class:`AgentCaller`): prompt and completion tokens as the server reports them, else an estimate with
+the embedder's tokenizer (instructions, task, instruction, inputs, documents; the completion plus a size-dependent
+verbosity); latency as reported, else a size-based model of fixed overhead plus per-token time. A call with ``n``
+attempts sends its prompt ``n`` times (``n`` calls); a timed-out attempt costs ``timeout_s`` of latency, another
+failed attempt the fixed overhead plus its prompt time; the simulated back-off between attempts is added. Faults
+never escape: a retriever that raises makes the worker answer without retrieval; a backend call that fails after
+its retries gives a *failed* record (no answer, but charged).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from edo_gym.agents.backend import (
-    GenerationBackend,
-    GenerationRequest,
-    RetryPolicy,
-    call_backend,
-    lookup_prompt,
-    parse_input,
-    validate_result,
-)
-from edo_gym.agents.planner import PlanStep
+from edo_gym.agents.backend import CallOutcome, RetryPolicy, call_backend, validate_response
+from edo_gym.agents.protocol import LLMBackend, LLMRequest, LLMResponse, parse_verdict
 from edo_gym.config import WorkerSpec
 from edo_gym.retrieval.store import RetrievalService, ShardRetriever
 from edo_gym.world.text import ABSTAIN_TEXT, normalize
@@ -40,169 +35,257 @@ LATENCY_MODEL: dict[str, tuple[float, float, float]] = {
 }
 #: Extra completion tokens (reasoning, pleasantries) a model of each size writes beyond the answer.
 VERBOSITY: dict[str, int] = {"small": 8, "medium": 16, "large": 40}
-_OP_QUERIES = {
-    "sum": "How is the combined revenue of several stores computed?",
-    "max": "Which store had the highest revenue?",
-    "refund_reply": "How should a reply about a refund window be worded?",
+#: Retrieval queries of compute and write steps: guidance about the operation, not about the (numeric) inputs.
+OP_QUERIES = {
+    "compute": "How is the combined revenue of several stores computed?",
+    "write": "How should a reply about a refund window be worded?",
 }
-_INSTRUCTIONS = "You are {name}, a worker in a team of assistants. Answer the question briefly. Use the context if given."
+WORKER_SYSTEM = (
+    "You are {name}, a worker in a team of assistants. Follow the instruction and reply with the answer only. "
+    "Use the context documents when given; if you do not know, reply: I don't know."
+)
+VERIFIER_SYSTEM = (
+    "You are {name}, checking a teammate's answer. Compare it with the context documents and what you know. Reply with "
+    "one word first: CORRECT, INCORRECT or UNSURE (when you cannot check it)."
+)
+OUTPUT_FORMATS = {
+    "lookup": "the answer only (a name, a number or a short phrase), no explanation",
+    "compute": "the resulting number only",
+    "write": "one sentence addressed to the customer",
+}
+VERIFY_FORMAT = "CORRECT, INCORRECT or UNSURE, then at most one short sentence"
+_ABSTAIN = normalize(ABSTAIN_TEXT)
+
+
+@dataclass
+class CallCost:
+    """What a call cost: tokens (prompt + completion, all attempts), calls (attempts), simulated latency (s)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    latency_s: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class AgentCaller:
+    """Sends requests to a backend under a retry policy and prices them (see module docstring)."""
+
+    def __init__(self, backend: LLMBackend, service: RetrievalService, policy: RetryPolicy) -> None:
+        self.backend = backend
+        self.service = service
+        self.policy = policy
+
+    def estimate_prompt_tokens(self, request: LLMRequest, doc_tokens: int = 0) -> int:
+        count = self.service.count_tokens
+        n = count(request.system) + count(request.task) + count(request.instruction) + 12
+        n += sum(count(x) for x in request.inputs) + doc_tokens
+        if request.answer:
+            n += count(request.answer)
+        return n
+
+    def call(self, request: LLMRequest, size: str, doc_tokens: int = 0) -> tuple[LLMResponse | None, CallOutcome, CallCost]:
+        """``(response or None when failed, outcome, cost)``; ``doc_tokens``: tokens of ``request.documents`` if known."""
+        outcome = call_backend(lambda: self.backend.complete(request), validate_response, self.policy)
+        base, per_prompt, per_completion = LATENCY_MODEL[size]
+        response: LLMResponse | None = outcome.value
+        estimate = self.estimate_prompt_tokens(request, doc_tokens)
+        prompt = response.prompt_tokens if response is not None and response.prompt_tokens is not None else estimate
+        latency = outcome.backoff_s + sum(
+            self.policy.timeout_s if kind == "timeout" else base + per_prompt * estimate for kind in outcome.failures
+        )
+        cost = CallCost(prompt_tokens=prompt + estimate * (outcome.attempts - 1), calls=outcome.attempts)
+        if response is not None:
+            completion = response.completion_tokens
+            if completion is None:
+                completion = self.service.count_tokens(response.text) + VERBOSITY[size]
+            cost.completion_tokens = completion
+            latency += (
+                response.latency_s
+                if response.latency_s is not None
+                else base + per_prompt * prompt + per_completion * completion
+            )
+        cost.latency_s = latency
+        return response, outcome, cost
 
 
 @dataclass
 class CallRecord:
-    """The outcome and price of one worker call (all its attempts).
+    """The outcome and price of one worker call (all its attempts). A ``failed`` record has no answer (``text == ""``).
 
-    A ``failed`` record carries no answer (``text == ""``): the step it ran stays undone.
+    :param confidence: the reply's confidence, or ``None`` when the backend gives none.
     """
 
     worker: int
     text: str
-    confidence: float
+    confidence: float | None
     retrieved: tuple[int, ...]
     used_retrieval: bool
-    prompt_tokens: int
-    completion_tokens: int
-    latency_s: float
-    correct: bool  # hidden: the answer equals what this step should produce
-    abstained: bool
-    query: str
-    #: The backend call failed after ``attempts`` tries; ``error`` says how (``"TimeoutError: ..."``).
+    cost: CallCost
+    instruction: str
+    inputs: tuple[str, ...]
     failed: bool = False
-    error: str | None = None
+    error: str = ""
     attempts: int = 1
-    #: Why retrieval was requested but not used (the retriever failed); ``None`` otherwise.
-    retrieval_error: str | None = None
+    #: Why retrieval was requested but not used (the retriever failed); ``""`` otherwise.
+    retrieval_error: str = ""
+
+    @property
+    def abstained(self) -> bool:
+        return normalize(self.text) in (_ABSTAIN, "") and not self.failed
 
     @property
     def retrieval_fallback(self) -> bool:
-        """Retrieval was requested, failed, and the worker answered without it."""
-        return self.retrieval_error is not None
+        return bool(self.retrieval_error)
+
+
+@dataclass
+class VerifyRecord:
+    """A verification: ``verdict`` in ``ok``/``flagged``/``unsure`` (``""`` when the call failed)."""
+
+    worker: int
+    step: int
+    verdict: str
+    text: str
+    retrieved: tuple[int, ...]
+    cost: CallCost
+    failed: bool = False
+    error: str = ""
+    attempts: int = 1
 
 
 class Worker:
-    """One worker of the team (see module docstring)."""
+    """One worker of the team (see module docstring).
+
+    :param doc_texts: the corpus texts the worker reads, by corpus index (the env's; an ablation may alter them).
+    :param shuffle_rng: when given, the retriever returns random documents of the shard (retrieval ablation).
+    """
 
     def __init__(
         self,
         index: int,
         spec: WorkerSpec,
         retriever: ShardRetriever,
-        service: RetrievalService,
-        backend: GenerationBackend,
-        retry_policy: RetryPolicy | None = None,
+        caller: AgentCaller,
+        doc_texts: Sequence[str],
+        shard_indices: Sequence[int] = (),
+        shuffle: bool = False,
     ) -> None:
         self.index = index
         self.spec = spec
         self.retriever = retriever
-        self.service = service
-        self.backend = backend
-        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
-        self.world = service.world
-        instructions = _INSTRUCTIONS.format(name=spec.name)
-        self._instructions = instructions
-        self._instruction_tokens = service.count_tokens(instructions)
-        self._latency = LATENCY_MODEL[spec.size]
-        self._verbosity = VERBOSITY[spec.size]
+        self.caller = caller
+        self.service = caller.service
+        self.doc_texts = doc_texts
+        self.shard_indices = np.asarray(shard_indices, dtype=np.int64)
+        self.shuffle = shuffle
+        self.system = WORKER_SYSTEM.format(name=spec.name)
+        self.verifier_system = VERIFIER_SYSTEM.format(name=spec.name)
 
-    def wants_retrieval(self, step: PlanStep) -> bool:
-        """The worker's own retrieval rule (used when ``retrieval_decider="worker"``): fact lookups in its shard."""
-        return step.kind in ("lookup", "merged") and step.domain in self.spec.shard
+    def wants_retrieval(self, label: str, domain_label: str) -> bool:
+        """The worker's own retrieval rule (``retrieval_decider="worker"``): lookups labelled with a domain in its shard."""
+        return label == "lookup" and domain_label in self.spec.shard
 
-    def run(self, step: PlanStep, inputs: list[str | None], retrieve: bool, rng: np.random.Generator) -> CallRecord:
-        """Execute ``step`` on ``inputs`` (upstream answer texts, ``None`` where not yet available)."""
-        subject = None
-        if step.kind in ("lookup", "merged"):
-            raw = step.literal if not step.deps else inputs[0]
-            subject = step.literal if not step.deps else parse_input(self.world, raw)
-            # A worker that can parse its input asks about the canonical entity; otherwise about the raw text.
-            subject_text = subject if subject is not None else (raw if raw is not None else "(missing input)")
-            query = lookup_prompt(step.relations, subject_text)
-            lookup_inputs: list[str | None] = [raw]
-        else:
-            query = f"{step.op}: " + " | ".join(x if x is not None else "(missing)" for x in inputs)
-            lookup_inputs = inputs
-        retrieved: tuple[int, ...] = ()
-        retrieval_error = None
-        if retrieve:
-            # A compute/write step retrieves guidance about its operation, not about its (numeric) inputs.
-            search_text = query if step.kind in ("lookup", "merged") else _OP_QUERIES.get(step.op or "", query)
-            retrieved, retrieval_error = self._search(search_text)
-        docs = self.world.documents
-        prompt = self._instructions + "\n" + query
-        if retrieved:
-            prompt += "\nContext:\n" + "\n".join(docs[i].text for i in retrieved)
-        request = GenerationRequest(
-            worker=self.spec,
-            prompt=prompt,
-            kind=step.kind,
-            inputs=lookup_inputs,
-            subject=subject,
-            relations=step.relations,
-            op=step.op,
-            retrieved=retrieved,
-            timeout_s=self.retry_policy.timeout_s,
-        )
-        outcome = call_backend(lambda: self.backend.generate(request, rng), validate_result, self.retry_policy)
-        prompt_tokens = self._instruction_tokens + self.service.count_tokens(query)
-        if retrieved:
-            prompt_tokens += int(self.service.doc_tokens[list(retrieved)].sum())
-        base, per_prompt, per_completion = self._latency
-        # failed attempts: a timeout waited timeout_s, any other failure cost the fixed overhead and the prompt
-        latency = outcome.backoff_s + sum(
-            self.retry_policy.timeout_s if kind == "timeout" else base + per_prompt * prompt_tokens
-            for kind in outcome.failures
-        )
-        if retrieve:
-            latency += self.service.config.latency_s
-        if outcome.failed:
-            return CallRecord(
-                worker=self.index,
-                text="",
-                confidence=0.0,
-                retrieved=retrieved,
-                used_retrieval=retrieve and retrieval_error is None,
-                prompt_tokens=prompt_tokens * outcome.attempts,
-                completion_tokens=0,
-                latency_s=latency,
-                correct=False,
-                abstained=False,
-                query=query,
-                failed=True,
-                error=outcome.error,
-                attempts=outcome.attempts,
-                retrieval_error=retrieval_error,
-            )
-        result = outcome.value
-        completion_tokens = result.completion_tokens or (self.service.count_tokens(result.text) + self._verbosity)
-        if outcome.reported_latency_s is not None:
-            latency += outcome.reported_latency_s
-        else:
-            latency += base + per_prompt * prompt_tokens + per_completion * completion_tokens
-        correct = bool(step.expected) and normalize(result.text) == normalize(step.expected)
-        return CallRecord(
-            worker=self.index,
-            text=result.text,
-            confidence=result.confidence,
-            retrieved=retrieved,
-            used_retrieval=retrieve and retrieval_error is None,
-            prompt_tokens=prompt_tokens * outcome.attempts,
-            completion_tokens=completion_tokens,
-            latency_s=latency,
-            correct=correct,
-            abstained=result.text == ABSTAIN_TEXT,
-            query=query,
-            attempts=outcome.attempts,
-            retrieval_error=retrieval_error,
-        )
-
-    def _search(self, text: str) -> tuple[tuple[int, ...], str | None]:
-        """``(document ids, None)``, or ``((), reason)`` when the retriever fails or returns unknown ids."""
+    def search(self, text: str, rng: np.random.Generator) -> tuple[tuple[int, ...], str]:
+        """``(document ids, "")``, or ``((), reason)`` when the retriever fails or returns unknown ids."""
+        if self.shuffle:  # ablation: random documents of the shard, drawn from the env's RNG
+            if len(self.shard_indices) == 0:
+                return (), ""
+            k = min(self.spec.top_k, len(self.shard_indices))
+            return tuple(int(i) for i in rng.choice(self.shard_indices, size=k, replace=False)), ""
         try:
             ids = tuple(self.retriever.search(text, self.spec.top_k))
-            n_docs = len(self.world.documents)
+            n_docs = len(self.doc_texts)
             if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n_docs for i in ids):
                 return (), f"retriever returned unknown document ids {list(ids)[:5]}"
-            return tuple(int(i) for i in ids), None
+            return tuple(int(i) for i in ids), ""
         except Exception as exc:  # chromadb raises many types; each means "no context this time"
             message = f"{type(exc).__name__}: {exc}"
             return (), message if len(message) <= 300 else message[:297] + "..."
+
+    def _documents(self, ids: tuple[int, ...]) -> tuple[tuple[str, ...], int]:
+        if not ids:
+            return (), 0
+        return tuple(self.doc_texts[i] for i in ids), int(self.service.doc_tokens[list(ids)].sum())
+
+    def run(
+        self,
+        task: str,
+        label: str,
+        instruction: str,
+        inputs: tuple[str, ...],
+        retrieve: bool,
+        rng: np.random.Generator,
+        seed: int,
+    ) -> CallRecord:
+        """Execute a step: ``instruction`` with placeholders filled, ``inputs`` the upstream answers as written."""
+        retrieved: tuple[int, ...] = ()
+        retrieval_error = ""
+        if retrieve:
+            query = instruction if label == "lookup" else OP_QUERIES.get(label, instruction)
+            retrieved, retrieval_error = self.search(query, rng)
+        documents, doc_tokens = self._documents(retrieved)
+        request = LLMRequest(
+            role="worker",
+            agent=self.spec.name,
+            system=self.system,
+            task=task,
+            instruction=instruction,
+            inputs=inputs,
+            documents=documents,
+            output_format=OUTPUT_FORMATS.get(label, OUTPUT_FORMATS["lookup"]),
+            seed=seed,
+        )
+        response, outcome, cost = self.caller.call(request, self.spec.size, doc_tokens)
+        if retrieve:
+            cost.latency_s += self.service.config.latency_s
+        used = retrieve and not retrieval_error
+        if response is None:
+            return CallRecord(self.index, "", None, retrieved, used, cost, instruction, inputs, True, outcome.error or "", outcome.attempts, retrieval_error)
+        return CallRecord(
+            self.index, response.text.strip(), response.confidence, retrieved, used, cost, instruction, inputs,
+            attempts=outcome.attempts, retrieval_error=retrieval_error,
+        )  # fmt: skip
+
+    def verify(
+        self, task: str, label: str, step: int, record: CallRecord, rng: np.random.Generator, seed: int
+    ) -> VerifyRecord:
+        """Re-check ``record`` (the result of plan step ``step``) against this worker's own evidence."""
+        retrieved: tuple[int, ...] = ()
+        if self.retriever.size > 0 or self.shuffle:
+            query = record.instruction if label == "lookup" else OP_QUERIES.get(label, record.instruction)
+            retrieved, _ = self.search(query, rng)
+        documents, doc_tokens = self._documents(retrieved)
+        request = LLMRequest(
+            role="verifier",
+            agent=self.spec.name,
+            system=self.verifier_system,
+            task=task,
+            instruction=record.instruction,
+            inputs=record.inputs,
+            documents=documents,
+            answer=record.text,
+            output_format=VERIFY_FORMAT,
+            max_tokens=32,
+            seed=seed,
+        )
+        response, outcome, cost = self.caller.call(request, self.spec.size, doc_tokens)
+        if retrieved:
+            cost.latency_s += self.service.config.latency_s
+        if response is None:
+            return VerifyRecord(self.index, step, "", "", retrieved, cost, True, outcome.error or "", outcome.attempts)
+        word = parse_verdict(response.text)
+        verdict = {"CORRECT": "ok", "INCORRECT": "flagged"}.get(word or "", "unsure")
+        return VerifyRecord(self.index, step, verdict, response.text, retrieved, cost, attempts=outcome.attempts)
+
+
+def plan_request(task: str, instruction: str, output_format: str, seed: int, system: str) -> LLMRequest:
+    """A planner request (see :mod:`edo_gym.agents.planner`)."""
+    return LLMRequest(
+        role="planner", agent="planner", system=system, task=task, instruction=instruction,
+        output_format=output_format, max_tokens=512, seed=seed,
+    )  # fmt: skip
+

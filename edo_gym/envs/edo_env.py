@@ -1,32 +1,35 @@
 """``EDOEnv``: the RL agent is the orchestrator of a multi-agent LLM system.
 
 One episode is one task. At ``reset`` a task is drawn (or chosen with ``options={"task_id": k}``) and the
-Planner decomposes it. Each ``step`` takes one orchestration decision:
+Planner decomposes it into a plan (a model call, charged to the first step). Each ``step`` takes one decision:
 
-- ``dispatch(w, retrieve)``: run the current plan step on worker ``w``, with or without a query to ``w``'s
-  own retriever (in ``retrieval_decider="worker"`` mode only ``dispatch(w)`` exists and the worker decides);
-- ``verify``: check the last result (one call; flags most bad results, not all);
-- ``rollback``: discard the last result and make its step current again;
-- ``replan``: ask the Planner for a new decomposition (one call; progress is discarded);
+- ``dispatch(w, retrieve)``: run the current plan step on worker ``w``, with or without a query to ``w``'s own
+  retriever (in ``retrieval_decider="worker"`` mode only ``dispatch(w)`` exists and the worker decides);
+- ``verify(w)``: worker ``w`` re-checks the last result against its own evidence (its own retrieval and
+  knowledge); a real call, charged like a dispatch; verdict ``ok``, ``flagged`` or ``unsure``;
+- ``rollback``: discard the last result and make its step current again (the discarded work stays charged, plus
+  ``rollback_tokens`` of coordination);
+- ``replan``: ask the Planner for a new decomposition (a call; progress is discarded);
 - ``submit``: return the final answer (the last plan step's output) and end the episode.
 
-Action indices: dispatches first (``w * 2 + retrieve``, or ``w``), then verify, rollback, replan, submit; see
-``action_names``. Reward = task score at submit minus per-step collaboration cost (tokens, calls, simulated
-latency), each weighted by ``RewardConfig``; ``info["reward_terms"]`` is the breakdown and sums to the reward.
-Illegal actions (``action_masks()`` / ``info["action_mask"]``) are penalised and change nothing (default) or
-raise; an out-of-range action always raises ``ValueError``.
+Action indices: dispatches first (``w * 2 + retrieve``, or ``w``), then ``verify(w)`` for each worker, then
+rollback, replan, submit; see ``action_names``. Reward = task score at submit (``RewardConfig.task_score``) minus
+per-step collaboration cost (tokens times the worker's price, calls, simulated latency), each weighted by
+``RewardConfig``; ``info["reward_terms"]`` is the breakdown and sums to the reward. Illegal actions
+(``action_masks()`` / ``info["action_mask"]``) are penalised and change nothing (default) or raise; an
+out-of-range action always raises ``ValueError``.
 
-Faults of the backend or the retriever never end an episode. Every ``info`` carries ``call_failed`` (the
-step's backend call failed after ``backend_attempts`` tries; ``call_error`` says how), ``backend_attempts``
-(0 when the step called no backend) and ``retrieval_fallback`` (retrieval was requested, failed, and the worker
-answered without it). A failed dispatch is charged (``backend_attempts`` calls) but leaves its step undone; a
-failed verify leaves the result unchecked. Per-episode counters ``failed_calls``, ``call_retries`` and
-``retrieval_fallbacks`` (reset by ``reset``) also appear in ``info["episode_stats"]``.
+The observation and ``info`` hold only what a real orchestrator knows (see :mod:`edo_gym.envs.observation`);
+hidden ground truth is reachable only through :meth:`EDOEnv.hidden_state`, for oracles and tests. ``info`` holds
+only plain values (numbers, bools, strings, fixed-dtype arrays, dicts of those), the same keys and types on
+every step; see the README. Faults of the backend or the retriever never end an episode: ``call_failed``,
+``call_error`` (``""`` when none), ``backend_attempts`` and ``retrieval_fallback`` report them.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from collections import deque
 from typing import Any
@@ -34,24 +37,38 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from edo_gym.agents.backend import GenerationBackend, RetryPolicy, SimulatedBackend, call_backend, validate_verdict
-from edo_gym.agents.planner import Plan, Planner
-from edo_gym.agents.worker import CallRecord, Worker
+from edo_gym.agents.backend import RetryPolicy
+from edo_gym.agents.planner import (
+    PLAN_FORMAT,
+    PLAN_INSTRUCTION,
+    PLANNER_SYSTEM,
+    REPAIR_INSTRUCTION,
+    Plan,
+    PlanError,
+    fallback_plan,
+    parse_plan,
+)
+from edo_gym.agents.protocol import LLMBackend
+from edo_gym.agents.simulator import SimulatedBackend
+from edo_gym.agents.worker import AgentCaller, CallCost, CallRecord, VerifyRecord, Worker, plan_request
 from edo_gym.config import EDOConfig, TaskConfig, WorldConfig
 from edo_gym.envs import observation as obs_lib
 from edo_gym.envs.render import render_trace
 from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.store import RetrievalService
 from edo_gym.world.generator import World
+from edo_gym.world.grading import StepTruth, execute_plan, is_correct
+from edo_gym.world.language import fill, placeholders
 from edo_gym.world.tasks import Task, TaskPool
-from edo_gym.world.text import normalize
+from edo_gym.world.text import first_number, normalize, token_f1
 
-#: Simulated cost of one verifier call and one planner call.
-VERIFY_OVERHEAD_TOKENS = 40
-VERIFY_LATENCY_S = 0.5
-PLANNER_LATENCY_S = 1.0
 RESET_OPTION_KEYS = frozenset({"task_id"})
-_NO_CALL: dict[str, Any] = {"call_failed": False, "call_error": None, "backend_attempts": 0, "retrieval_fallback": False}
+MAX_SEED = 2**31 - 1
+#: Price multiplier of planner tokens and of an outside decision-maker's tokens (``charge``).
+PLANNER_PRICE = 2.0
+PLANNER_SIZE = "medium"
+_NO_CALL: dict[str, Any] = {"call_failed": False, "call_error": "", "backend_attempts": 0, "retrieval_fallback": False}
+_VERDICT_CODE = {"ok": 1, "flagged": 2, "unsure": 3}
 
 
 @functools.lru_cache(maxsize=8)
@@ -70,7 +87,8 @@ class EDOEnv(gym.Env):
     :param config: a full :class:`~edo_gym.config.EDOConfig`; keyword arguments override its fields (flat
         ``reward_token_weight=0.1`` or nested ``reward={"token_weight": 0.1}``), see ``EDOConfig.from_kwargs``.
     :param render_mode: ``"ansi"`` (``render()`` returns the episode trace as text) or ``"human"`` (prints it).
-    :param backend: the generation backend of the workers; default :class:`SimulatedBackend`.
+    :param backend: the language-model backend of planner, workers and verifiers (an
+        :class:`~edo_gym.agents.protocol.LLMBackend`); default :class:`~edo_gym.agents.simulator.SimulatedBackend`.
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -79,52 +97,61 @@ class EDOEnv(gym.Env):
         self,
         config: EDOConfig | None = None,
         render_mode: str | None = None,
-        backend: GenerationBackend | None = None,
+        backend: LLMBackend | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
         self.config = cfg = EDOConfig.from_kwargs(config, **kwargs)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
-        if backend is not None and not isinstance(backend, GenerationBackend):
-            raise TypeError(f"backend must implement GenerationBackend (generate, verify), got {type(backend).__name__}")
+        if backend is not None and not isinstance(backend, LLMBackend):
+            raise TypeError(f"backend must implement LLMBackend (a complete(request) method), got {type(backend).__name__}")
         self.render_mode = render_mode
         self.world = _world(cfg.world)
         self.pool = _task_pool(cfg.world, cfg.tasks)
         self.num_tasks = int(len(self.pool.ids))
         self.service = RetrievalService.get(self.world, cfg.retrieval, [w.shard for w in cfg.workers])
-        self.backend: GenerationBackend = backend or SimulatedBackend(self.world, cfg.verify_recall, cfg.verify_false_alarm)
-        self.planner = Planner(self.world, cfg.planner)
+        self.backend: LLMBackend = backend or SimulatedBackend(self.world, cfg.workers, cfg.planner, self.pool.tasks)
         self.retry_policy = RetryPolicy(cfg.backend_retries, cfg.backend_backoff_s, cfg.backend_timeout_s)
+        self.caller = AgentCaller(self.backend, self.service, self.retry_policy)
+        #: Texts of the corpus documents, by index, as the workers read them (the retrieval index is built from the
+        #: world's own texts; the validity benchmark overwrites entries here to test that workers read documents).
+        self.doc_texts: list[str] = [d.text for d in self.world.documents]
+        by_domain = self.world.documents_by_domain()
+        shard_indices = [sorted(i for dom in w.shard for i in by_domain[dom]) for w in cfg.workers]
+        shuffle = cfg.retrieval.ablation == "shuffled"
         self.workers = [
-            Worker(i, spec, self.service.retrievers[i], self.service, self.backend, self.retry_policy)
+            Worker(i, spec, self.service.retrievers[i], self.caller, self.doc_texts, shard_indices[i], shuffle)
             for i, spec in enumerate(cfg.workers)
         ]
+        self.linker = self.world.linker(cfg.entity_link_threshold)
         task_vectors = self.service.embed_texts("tasks", [t.text for t in self.pool.tasks])
         self._task_features = self._make_task_features(task_vectors)
 
         W = len(cfg.workers)
         self.retrieve_flag = cfg.retrieval_decider == "orchestrator"
         self.n_dispatch = 2 * W if self.retrieve_flag else W
-        self.A_VERIFY, self.A_ROLLBACK, self.A_REPLAN, self.A_SUBMIT = range(self.n_dispatch, self.n_dispatch + 4)
-        self.n_actions = self.n_dispatch + 4
+        self.A_VERIFY = self.n_dispatch  # first verify(w) action
+        self.A_ROLLBACK, self.A_REPLAN, self.A_SUBMIT = range(self.n_dispatch + W, self.n_dispatch + W + 3)
+        self.n_actions = self.n_dispatch + W + 3
         self.action_space = gym.spaces.Discrete(self.n_actions)
         self.observation_space = obs_lib.observation_space(cfg, self.n_actions)
         self.action_names = self._action_names()
         self.step_limit = cfg.step_limit
-        self._worker_static = obs_lib.worker_static_features(cfg)
+        self.token_budget = cfg.episode_token_budget
+        self._worker_static = obs_lib.worker_static_features(cfg, [len(s) for s in shard_indices], len(self.doc_texts))
         self._started = False
         self._ended = False
-        self._overhead = [0, 0, 0.0]  # tokens, calls, latency charged by an outside policy (e.g. an LLM router)
+        self._pending = CallCost()  # charged on the next step: the planner at reset, an outside policy's decisions
+        self._pending_price = 0.0  # price-weighted tokens of _pending
 
     # -- set-up helpers -----------------------------------------------------------------------------------------
     def _make_task_features(self, vectors: np.ndarray) -> np.ndarray:
         E = self.config.retrieval.task_embedding_dim
         proj = obs_lib.project_task_embeddings(vectors, E)
-        fam = np.zeros((len(self.pool.tasks), len(obs_lib.FAMILY_INDEX) + 1), dtype=np.float32)
+        fam = np.zeros((len(self.pool.tasks), len(obs_lib.FAMILY_INDEX)), dtype=np.float32)
         for i, t in enumerate(self.pool.tasks):
             fam[i, obs_lib.FAMILY_INDEX[t.family]] = 1.0
-            fam[i, -1] = t.hops / self.config.tasks.max_hops
         return np.concatenate([proj, fam], axis=1)
 
     def _action_names(self) -> list[str]:
@@ -134,15 +161,21 @@ class EDOEnv(gym.Env):
                 names += [f"dispatch({w.name}, no_retrieval)", f"dispatch({w.name}, retrieval)"]
             else:
                 names.append(f"dispatch({w.name})")
-        return names + ["verify", "rollback", "replan", "submit"]
+        names += [f"verify({w.name})" for w in self.config.workers]
+        return names + ["rollback", "replan", "submit"]
 
     def decode_action(self, action: int) -> tuple[str, int, bool]:
-        """``(kind, worker, retrieve)`` of an action index; ``worker``/``retrieve`` only matter for dispatches."""
+        """``(kind, worker, retrieve)`` of an action index; ``worker`` is -1 for rollback/replan/submit."""
         if action < self.n_dispatch:
             if self.retrieve_flag:
                 return "dispatch", action // 2, bool(action % 2)
             return "dispatch", action, False
-        return ("verify", "rollback", "replan", "submit")[action - self.n_dispatch], -1, False
+        if action < self.A_ROLLBACK:
+            return "verify", action - self.A_VERIFY, False
+        return ("rollback", "replan", "submit")[action - self.A_ROLLBACK], -1, False
+
+    def _seed(self) -> int:
+        return int(self.np_random.integers(MAX_SEED))
 
     # -- Gymnasium API ------------------------------------------------------------------------------------------
     def reset(
@@ -177,36 +210,72 @@ class EDOEnv(gym.Env):
         self.failed_calls = 0
         self.call_retries = 0
         self.retrieval_fallbacks = 0
+        self.budget_exhausted = False
         self._call_status = _NO_CALL
         self.worker_calls = np.zeros(W, dtype=np.int32)
-        self.worker_flagged = np.zeros(W, dtype=np.int32)
         self.worker_abstained = np.zeros(W, dtype=np.int32)
+        self.worker_flagged = np.zeros(W, dtype=np.int32)
+        self.worker_confirmed = np.zeros(W, dtype=np.int32)
+        self.worker_verifications = np.zeros(W, dtype=np.int32)
         self.history: deque[int] = deque(maxlen=max(self.config.history_len, 1))
-        self.final_answer: str | None = None
+        self.final_answer = ""
         self.success = False
-        self._overhead = [0, 0, 0.0]
-        self.trace: list[tuple] = []
-        self._set_plan(self.planner.decompose(self.task, self.np_random))
-        self.trace.append(("reset", self.task, self.plan))
+        self.score = 0.0
+        self._pending = CallCost()
+        self._pending_price = 0.0
+        self.trace: list[tuple] = [("reset", self.task_id)]
+        plan, cost = self._make_plan()
+        self._charge_pending(cost, PLANNER_PRICE)
+        self._set_plan(plan)
+        self.trace.append(("plan", plan))
         self._started = True
         self._ended = False
         obs = self._observation()
-        return obs, {
-            "action_mask": obs["action_mask"].copy(),
-            "task_id": self.task_id,
-            "family": self.task.family,
-            "hops": self.task.hops,
-        }
+        return obs, {"action_mask": obs["action_mask"].copy(), "task_id": self.task_id, "anchor_key": self._anchor_key()}
+
+    def _charge_pending(self, cost: CallCost, price: float) -> None:
+        self._pending.prompt_tokens += cost.prompt_tokens
+        self._pending.completion_tokens += cost.completion_tokens
+        self._pending.calls += cost.calls
+        self._pending.latency_s += cost.latency_s
+        self._pending_price += price * cost.tokens
+
+    def _make_plan(self) -> tuple[Plan, CallCost]:
+        """Ask the planner (one repair attempt, then the fallback plan); every attempt is charged."""
+        total = CallCost()
+        error = ""
+        for attempt in range(2):
+            instruction = PLAN_INSTRUCTION if attempt == 0 else REPAIR_INSTRUCTION.format(error=error)
+            request = plan_request(self.task.text, instruction, PLAN_FORMAT, self._seed(), PLANNER_SYSTEM)
+            response, outcome, cost = self.caller.call(request, PLANNER_SIZE)
+            total.prompt_tokens += cost.prompt_tokens
+            total.completion_tokens += cost.completion_tokens
+            total.calls += cost.calls
+            total.latency_s += cost.latency_s
+            self.call_retries += outcome.attempts - 1
+            if response is None:
+                self.failed_calls += 1
+                error = outcome.error or "the call failed"
+                continue
+            try:
+                steps = parse_plan(response.text, self.config.max_subtasks)
+            except PlanError as exc:
+                error = str(exc)
+                continue
+            return Plan(steps, response.confidence, "planner" if attempt == 0 else "repaired"), total
+        self.trace.append(("plan_fallback", error))
+        return fallback_plan(self.task.text), total
 
     def _set_plan(self, plan: Plan) -> None:
         self.plan = plan
         n = len(plan.steps)
-        if n > self.config.max_subtasks:  # cannot happen with the built-in planner; guards custom planners
-            raise RuntimeError(f"plan has {n} steps, more than max_subtasks={self.config.max_subtasks}")
         self.results: list[CallRecord | None] = [None] * n
-        self.verified = [0] * n  # 0 not checked, 1 ok, 2 flagged
+        self.verdicts: list[list[str]] = [[] for _ in range(n)]
+        self.verified_by: list[set[int]] = [set() for _ in range(n)]
         self.attempts = [0] * n
         self.done_stack: list[int] = []
+        self._truth: list[StepTruth] | None = None
+        self._plan_sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in plan.steps)
 
     @property
     def current_step(self) -> int:
@@ -232,20 +301,29 @@ class EDOEnv(gym.Env):
                         mask[2 * i + 1] = 0.0
         if self.done_stack:
             mask[self.A_ROLLBACK] = 1.0
-            if self.config.enable_verify and self.verified[self.done_stack[-1]] == 0:
-                mask[self.A_VERIFY] = 1.0
+            if self.config.enable_verify:
+                top = self.done_stack[-1]
+                for w in range(len(self.workers)):
+                    if w not in self.verified_by[top]:
+                        mask[self.A_VERIFY + w] = 1.0
         if self.config.enable_replan and self.replans < self.config.max_replans:
             mask[self.A_REPLAN] = 1.0
         mask[self.A_SUBMIT] = 1.0
         return mask
 
-    def add_overhead(self, tokens: int = 0, calls: int = 0, latency_s: float = 0.0) -> None:
-        """Charge an outside decision-maker's cost (e.g. an LLM router) to the next step, on the same ledger."""
-        if tokens < 0 or calls < 0 or latency_s < 0:
-            raise ValueError("overhead must be non-negative")
-        self._overhead[0] += int(tokens)
-        self._overhead[1] += int(calls)
-        self._overhead[2] += float(latency_s)
+    def charge(self, tokens: int = 0, calls: int = 0, latency_s: float = 0.0) -> None:
+        """Charge an outside decision-maker's cost (e.g. an LLM router's call per decision) to the next step.
+
+        It goes on the same ledger as the team's calls: ``tokens`` (priced at ``PLANNER_PRICE``), ``calls`` and
+        simulated ``latency_s`` (seconds) appear in the next step's ``info["cost"]`` and reward terms.
+        """
+        for name, value in (("tokens", tokens), ("calls", calls), ("latency_s", latency_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= 0:
+                raise ValueError(f"charge({name}=...) must be a non-negative number, got {value!r}")
+        self._charge_pending(CallCost(prompt_tokens=int(tokens), calls=int(calls), latency_s=float(latency_s)), PLANNER_PRICE)
+
+    #: Deprecated name of :meth:`charge`.
+    add_overhead = charge
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         if not self._started:
@@ -254,12 +332,11 @@ class EDOEnv(gym.Env):
             raise RuntimeError("EDOEnv.step() called after the episode ended (terminated or truncated); call env.reset()")
         a = self._check_action(action)
         cfg = self.config
-        tokens, calls, latency = self._overhead
-        self._overhead = [0, 0, 0.0]
+        cost, priced = self._pending, self._pending_price
+        self._pending, self._pending_price = CallCost(), 0.0
         penalty = 0.0
         score = 0.0
         terminated = False
-        event = ""
         legal = self._mask()[a] > 0
         self._call_status = _NO_CALL
         if not legal:
@@ -274,48 +351,48 @@ class EDOEnv(gym.Env):
         else:
             kind, w, retrieve = self.decode_action(a)
             event = kind
+            step_cost, price = CallCost(), 1.0
             if kind == "dispatch":
-                t, c, lat = self._dispatch(w, retrieve)
-                tokens += t
-                calls += c
-                latency += lat
+                step_cost, price = self._dispatch(w, retrieve), cfg.workers[w].price
             elif kind == "verify":
-                t, c, lat = self._verify()
-                tokens += t
-                calls += c
-                latency += lat
+                step_cost, price = self._verify(w), cfg.workers[w].price
             elif kind == "rollback":
                 i = self.done_stack.pop()
                 self.results[i] = None
-                self.verified[i] = 0
+                self.verdicts[i] = []
+                self.verified_by[i] = set()
+                step_cost = CallCost(prompt_tokens=cfg.rollback_tokens)
                 self.trace.append(("rollback", i))
             elif kind == "replan":
                 self.replans += 1
-                plan = self.planner.decompose(self.task, self.np_random)
+                plan, step_cost = self._make_plan()
+                price = PLANNER_PRICE
                 self._set_plan(plan)
-                tokens += self.service.count_tokens(self.task.text) + cfg.planner.overhead_tokens
-                calls += 1
-                latency += PLANNER_LATENCY_S
                 self.trace.append(("replan", plan))
             else:  # submit
                 score = self._submit()
                 terminated = True
+            cost.prompt_tokens += step_cost.prompt_tokens
+            cost.completion_tokens += step_cost.completion_tokens
+            cost.calls += step_cost.calls
+            cost.latency_s += step_cost.latency_s
+            priced += price * step_cost.tokens
         self.steps += 1
         self.history.append(a)
-        self.tokens += tokens
-        self.calls += calls
-        self.latency_s += latency
+        self.tokens += cost.tokens
+        self.calls += cost.calls
+        self.latency_s += cost.latency_s
         rw = cfg.reward
         terms = {
-            "success": score,
-            "tokens": -rw.token_weight * tokens / 1000.0,
-            "calls": -rw.call_weight * calls,
-            "latency": -rw.latency_weight * latency,
+            "success": float(score),
+            "tokens": -rw.token_weight * priced / 1000.0,
+            "calls": -rw.call_weight * cost.calls,
+            "latency": -rw.latency_weight * cost.latency_s,
             "illegal": -penalty,
         }
-        if not terminated and self.tokens > cfg.token_budget:
+        if not terminated and self.tokens > self.token_budget:
             terminated = True
-            self.final_answer = ""
+            self.budget_exhausted = True
             self.trace.append(("budget", self.tokens))
         truncated = not terminated and self.steps >= self.step_limit
         self._ended = terminated or truncated
@@ -324,24 +401,26 @@ class EDOEnv(gym.Env):
         info: dict[str, Any] = {
             "action_mask": obs["action_mask"].copy(),
             "reward_terms": terms,
-            "cost": {"tokens": tokens, "calls": calls, "latency_s": latency},
+            "cost": {"tokens": int(cost.tokens), "calls": int(cost.calls), "latency_s": float(cost.latency_s)},
             "event": event,
-            "illegal_action": not legal,
-            "task_id": self.task_id,
+            "illegal_action": bool(not legal),
+            "task_id": int(self.task_id),
+            "anchor_key": self._anchor_key(),
             **self._call_status,
         }
         if self._ended:
             info["episode_stats"] = {
-                "success": self.success,
-                "tokens": self.tokens,
-                "calls": self.calls,
-                "latency_s": self.latency_s,
-                "steps": self.steps,
+                "success": bool(self.success),
+                "score": float(self.score),
+                "tokens": int(self.tokens),
+                "calls": int(self.calls),
+                "latency_s": float(self.latency_s),
+                "steps": int(self.steps),
                 "family": self.task.family,
-                "hops": self.task.hops,
-                "failed_calls": self.failed_calls,
-                "call_retries": self.call_retries,
-                "retrieval_fallbacks": self.retrieval_fallbacks,
+                "budget_exhausted": bool(self.budget_exhausted),
+                "failed_calls": int(self.failed_calls),
+                "call_retries": int(self.call_retries),
+                "retrieval_fallbacks": int(self.retrieval_fallbacks),
             }
         return obs, reward, terminated, truncated, info
 
@@ -362,90 +441,100 @@ class EDOEnv(gym.Env):
         return a
 
     # -- transitions --------------------------------------------------------------------------------------------
-    def _inputs_for(self, i: int) -> list[str | None]:
+    def _filled(self, i: int) -> tuple[str, tuple[str, ...]]:
+        """Step ``i``'s instruction with upstream answers filled in, and those answers as written."""
         step = self.plan.steps[i]
-        out: list[str | None] = []
-        for d in step.deps:
-            r = self.results[d]
-            out.append(r.text if r is not None else None)
-        return out
+        link = step.label == "lookup"
+        values: dict[int, str] = {}
+        for k in placeholders(step.instruction):
+            d = k - 1
+            r = self.results[d] if 0 <= d < len(self.results) else None
+            if r is None:
+                values[k] = "(missing)"
+                continue
+            text = r.text.strip()
+            if link:  # fuzzy entity linking of the upstream answer, as the framework's parser would do
+                linked = self.linker.link(text)
+                text = linked if linked is not None else text.rstrip(".")
+            values[k] = text
+        inputs = tuple(self.results[d].text if self.results[d] is not None else "(missing)" for d in step.deps)  # type: ignore[union-attr]
+        return fill(step.instruction, values), inputs
 
-    def _dispatch(self, w: int, retrieve: bool) -> tuple[int, int, float]:
-        """Run the current step on worker ``w``; ``(tokens, calls, latency)`` charged."""
+    def _dispatch(self, w: int, retrieve: bool) -> CallCost:
         i = self.current_step
         step = self.plan.steps[i]
         worker = self.workers[w]
         if not self.retrieve_flag:
-            retrieve = worker.wants_retrieval(step)
-        record = worker.run(step, self._inputs_for(i), retrieve, self.np_random)
+            retrieve = worker.wants_retrieval(step.label, step.domain_label)
+        instruction, inputs = self._filled(i)
+        record = worker.run(self.task.text, step.label, instruction, inputs, retrieve, self.np_random, self._seed())
         self.attempts[i] += 1
         self.worker_calls[w] += 1
         if record.failed:  # charged, but the step stays undone
             self.failed_calls += 1
         else:
             self.results[i] = record
-            self.verified[i] = 0
+            self.verdicts[i] = []
+            self.verified_by[i] = set()
             self.done_stack.append(i)
-        if record.abstained:
-            self.worker_abstained[w] += 1
+            if record.abstained:
+                self.worker_abstained[w] += 1
         self.call_retries += record.attempts - 1
         self.retrieval_fallbacks += record.retrieval_fallback
         self._call_status = {
             "call_failed": record.failed,
             "call_error": record.error,
-            "backend_attempts": record.attempts,
+            "backend_attempts": int(record.attempts),
             "retrieval_fallback": record.retrieval_fallback,
         }
         self.trace.append(("dispatch", i, w, record))
-        return record.prompt_tokens + record.completion_tokens, record.attempts, record.latency_s
+        return record.cost
 
-    def _verify(self) -> tuple[int, int, float]:
-        """Check the last result; ``(tokens, calls, latency)`` charged. Trace: ``("verify", i, flagged, attempts, error)``."""
+    def _verify(self, w: int) -> CallCost:
         i = self.done_stack[-1]
         record = self.results[i]
         assert record is not None
-        policy = self.retry_policy
-        outcome = call_backend(
-            lambda: self.backend.verify(record.query, record.text, record.correct, self.np_random), validate_verdict, policy
-        )
-        flagged = outcome.value
-        if outcome.failed:  # the result stays unchecked
+        check = self.workers[w].verify(self.task.text, self.plan.steps[i].label, i, record, self.np_random, self._seed())
+        self.worker_verifications[w] += 1
+        self.verified_by[i].add(w)
+        if check.failed:
             self.failed_calls += 1
         else:
-            self.verified[i] = 2 if flagged else 1
-            if flagged:
+            self.verdicts[i].append(check.verdict)
+            if check.verdict == "flagged":
                 self.worker_flagged[record.worker] += 1
-        self.call_retries += outcome.attempts - 1
+            elif check.verdict == "ok":
+                self.worker_confirmed[record.worker] += 1
+        self.call_retries += check.attempts - 1
         self._call_status = {
-            "call_failed": outcome.failed,
-            "call_error": outcome.error,
-            "backend_attempts": outcome.attempts,
+            "call_failed": check.failed,
+            "call_error": check.error,
+            "backend_attempts": int(check.attempts),
             "retrieval_fallback": False,
         }
-        self.trace.append(("verify", i, flagged, outcome.attempts, outcome.error))
-        tokens = self.service.count_tokens(record.query) + self.service.count_tokens(record.text) + VERIFY_OVERHEAD_TOKENS
-        latency = outcome.backoff_s + sum(policy.timeout_s if k == "timeout" else VERIFY_LATENCY_S for k in outcome.failures)
-        if not outcome.failed:
-            latency += VERIFY_LATENCY_S
-        return tokens * outcome.attempts, outcome.attempts, latency
+        self.trace.append(("verify", check))
+        return check.cost
 
     def _submit(self) -> float:
         last = self.results[-1] if self.results else None
         self.final_answer = last.text if last is not None else ""
-        gold = normalize(self.task.answer)
-        answer = normalize(self.final_answer)
         rw = self.config.reward
-        if answer == gold:
-            self.success = True
-            score = rw.success_reward
-        elif rw.partial_credit > 0 and gold and gold in answer:
-            score = rw.partial_credit * rw.success_reward
+        full = rw.task_score(self.task.hops)
+        gold = self.task.answer
+        if self.task.family == "support":  # a written reply, scored by token F1
+            f1 = token_f1(self.final_answer, gold)
+            self.success = f1 >= rw.write_f1_threshold
+            self.score = full if self.success else rw.partial_credit * f1 * full
         else:
-            score = 0.0
-        self.trace.append(("submit", self.final_answer, self.task.answer, score))
-        return score
+            self.success = is_correct(self.world, "lookup", self.final_answer, gold)
+            self.score = full if self.success else 0.0
+        self.trace.append(("submit", self.final_answer, self.score))
+        return self.score
 
     # -- observation --------------------------------------------------------------------------------------------
+    def _answer_linked(self, text: str) -> bool:
+        return self.linker.link(text) is not None or first_number(text) is not None
+
     def _observation(self) -> dict[str, np.ndarray]:
         cfg = self.config
         S = cfg.max_subtasks
@@ -455,48 +544,57 @@ class EDOEnv(gym.Env):
         sub = np.zeros((S, obs_lib.SUBTASK_FEATURES), dtype=np.float32)
         for i, step in enumerate(self.plan.steps):
             row = sub[i]
-            row[obs_lib.TYPE_INDEX[step.label]] = 1.0
-            row[obs_lib._C_DOMAIN + obs_lib.DOMAIN_INDEX[step.domain_label]] = 1.0
+            row[obs_lib.C_TYPE + obs_lib.TYPE_INDEX[step.label]] = 1.0
+            row[obs_lib.C_DOMAIN + obs_lib.DOMAIN_INDEX[step.domain_label]] = 1.0
             row[obs_lib.C_PRESENT] = 1.0
             r = self.results[i]
             if r is not None:
                 row[obs_lib.C_DONE] = 1.0
-                row[obs_lib.C_CONF] = r.confidence
+                if r.confidence is not None:
+                    row[obs_lib.C_CONF] = r.confidence
+                    row[obs_lib.C_CONF_GIVEN] = 1.0
                 row[obs_lib.C_RETR] = float(r.used_retrieval)
                 row[obs_lib.C_ABSTAIN] = float(r.abstained)
-            v = self.verified[i]
-            if v == 1:
-                row[obs_lib.C_OK] = 1.0
-            elif v == 2:
-                row[obs_lib.C_FLAG] = 1.0
+                row[obs_lib.C_LINKED] = float(self._answer_linked(r.text))
+            verdicts = self.verdicts[i]
+            if verdicts:
+                row[obs_lib.C_OK - 1 + _VERDICT_CODE[verdicts[-1]]] = 1.0
+                row[obs_lib.C_NVERIFY] = min(1.0, len(verdicts) / 4.0)
             if i == cur:
                 row[obs_lib.C_CURRENT] = 1.0
             if all(self.results[d] is not None for d in step.deps):
                 row[obs_lib.C_DEPS] = 1.0
+            if any(d > i for d in step.deps):
+                row[obs_lib.C_LATER] = 1.0
             row[obs_lib.C_ATTEMPTS] = min(1.0, self.attempts[i] / 4.0)
-        last = self.done_stack[-1] if self.done_stack else -1
-        last_rec = self.results[last] if last >= 0 else None
-        plan = np.array(
-            [
-                n / S,
-                self.plan.confidence,
-                (cur if cur >= 0 else n) / S,
-                float(cur < 0),
-                self.replans / max(1, cfg.max_replans),
-                last_rec.confidence if last_rec is not None else 0.0,
-                float(last >= 0 and self.verified[last] == 1),
-                float(last >= 0 and self.verified[last] == 2),
-            ],
-            dtype=np.float32,
-        )
+        plan = np.zeros(obs_lib.PLAN_FEATURES, dtype=np.float32)
+        plan[obs_lib.P_LEN] = n / S
+        if self.plan.confidence is not None:
+            plan[obs_lib.P_CONF] = self.plan.confidence
+            plan[obs_lib.P_CONF_GIVEN] = 1.0
+        plan[obs_lib.P_CURRENT] = (cur if cur >= 0 else n) / S
+        plan[obs_lib.P_ALL_DONE] = float(cur < 0)
+        plan[obs_lib.P_REPLANS] = self.replans / max(1, cfg.max_replans)
+        plan[obs_lib.P_FALLBACK] = float(self.plan.source == "fallback")
+        plan[obs_lib.P_REPAIRED] = float(self.plan.source == "repaired")
+        if self.done_stack:
+            last = self.done_stack[-1]
+            rec = self.results[last]
+            if rec is not None and rec.confidence is not None:
+                plan[obs_lib.P_LAST_CONF] = rec.confidence
+                plan[obs_lib.P_LAST_CONF_GIVEN] = 1.0
+            if self.verdicts[last]:
+                plan[obs_lib.P_LAST_OK - 1 + _VERDICT_CODE[self.verdicts[last][-1]]] = 1.0
         lim = float(self.step_limit)
         workers = self._worker_static.copy()
-        workers[:, -3] = np.minimum(1.0, self.worker_calls / lim)
-        workers[:, -2] = np.minimum(1.0, self.worker_flagged / lim)
-        workers[:, -1] = np.minimum(1.0, self.worker_abstained / lim)
+        workers[:, obs_lib.W_CALLS] = np.minimum(1.0, self.worker_calls / lim)
+        workers[:, obs_lib.W_ABSTAINED] = np.minimum(1.0, self.worker_abstained / lim)
+        workers[:, obs_lib.W_FLAGGED] = np.minimum(1.0, self.worker_flagged / lim)
+        workers[:, obs_lib.W_CONFIRMED] = np.minimum(1.0, self.worker_confirmed / lim)
+        workers[:, obs_lib.W_VERIFIED] = np.minimum(1.0, self.worker_verifications / lim)
         budget = np.array(
             [
-                min(1.0, self.tokens / cfg.token_budget),
+                min(1.0, self.tokens / self.token_budget),
                 min(1.0, self.calls / lim),
                 min(1.0, self.latency_s / cfg.latency_budget_s),
                 min(1.0, self.steps / lim),
@@ -513,29 +611,111 @@ class EDOEnv(gym.Env):
         obs["action_mask"] = mask
         return obs
 
+    def _anchor_key(self) -> str:
+        """A key of the orchestration state (task, plan as written, per-step progress and verdicts, replans).
+
+        Equal keys mean the same decision point: GiGPO groups steps by it. Only observable facts enter it.
+        """
+        status = ",".join(
+            f"{int(r is not None)}{(self.verdicts[i][-1][0] if self.verdicts[i] else '-')}" for i, r in enumerate(self.results)
+        )
+        raw = f"{self.task_id}\x1e{self._plan_sig}\x1e{status}\x1e{self.replans}"
+        return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
     # -- humans and oracles -------------------------------------------------------------------------------------
     def render(self) -> str | None:
         if self.render_mode is None:
             gym.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human' to gym.make")
             return None
-        if not self._started:
-            text = "EDOEnv: not reset yet"
-        else:
-            text = render_trace(self)
+        text = "EDOEnv: not reset yet" if not self._started else render_trace(self)
         if self.render_mode == "human":
             print(text)
             return None
         return text
 
+    def plan_truth(self) -> list[StepTruth]:
+        """Hidden: what each step of the current plan should produce (executed on the true facts)."""
+        if self._truth is None:
+            self._truth = execute_plan(
+                self.world, [s.instruction for s in self.plan.steps], [s.deps for s in self.plan.steps]
+            )
+        return self._truth
+
     def hidden_state(self) -> dict[str, Any]:
-        """Ground truth an oracle may use (never part of the observation)."""
+        """Ground truth for oracles and tests only (never part of the observation or ``info``).
+
+        Keys: ``plan_faithful`` (executing this plan perfectly answers the task), ``kinds`` / ``domains`` (true
+        step types and document domains), ``label_wrong`` (the type or domain label differs from the truth),
+        ``expected`` (each step's right answer given right inputs), ``correct`` (per step: the current result is
+        right, ``None`` when undone), ``answer`` (the gold answer), ``hops``, ``family``, ``worker_skills``
+        (per worker: type skills, per-domain lookup skills, memory coverage and accuracy).
+        """
+        truth = self.plan_truth()
+        threshold = self.config.reward.write_f1_threshold
+        correct = [
+            None if r is None else is_correct(self.world, t.kind, r.text, t.expected, threshold)
+            for r, t in zip(self.results, truth, strict=True)
+        ]
+        last = truth[-1] if truth else None
+        if last is None or not last.expected:
+            faithful = False
+        elif self.task.family == "support":
+            faithful = token_f1(last.expected, self.task.answer) >= threshold
+        else:
+            faithful = normalize(last.expected) == normalize(self.task.answer)
+        kinds = [t.kind for t in truth]
         return {
-            "plan_error": self.plan.error,
-            "plan_faithful": self.plan.is_faithful,
-            "kinds": [s.kind for s in self.plan.steps],
-            "domains": [s.domain for s in self.plan.steps],
-            "expected": [s.expected for s in self.plan.steps],
-            "correct": [r.correct if r is not None else None for r in self.results],
+            "plan_faithful": faithful,
+            "kinds": kinds,
+            "domains": [t.domain for t in truth],
+            "label_wrong": [
+                (("lookup" if k == "merged" else k) != s.label) or (t.domain not in ("", s.domain_label))
+                for k, t, s in zip(kinds, truth, self.plan.steps, strict=True)
+            ],
+            "expected": [t.expected for t in truth],
+            "correct": correct,
+            "answer": self.task.answer,
+            "hops": self.task.hops,
+            "family": self.task.family,
+            "worker_skills": {
+                w.name: {
+                    "types": dict(w.skills),
+                    "lookup_by_domain": {d: w.lookup_skill(d) for d in obs_lib.DOMAIN_INDEX},
+                    "memory_coverage": w.memory_coverage,
+                    "memory_accuracy": w.memory_accuracy,
+                }
+                for w in self.config.workers
+            },
+        }
+
+    def text_state(self) -> dict[str, Any]:
+        """What a human or an LLM orchestrator sees: the task text, the plan as written, results as written.
+
+        Everything here is observable (no hidden state); ``edo_gym.llm`` renders it as a prompt.
+        """
+        steps = []
+        for i, s in enumerate(self.plan.steps):
+            r = self.results[i]
+            steps.append(
+                {
+                    "label": s.label,
+                    "domain": s.domain_label,
+                    "instruction": s.instruction,
+                    "inputs": [d + 1 for d in s.deps],
+                    "answer": "" if r is None else r.text,
+                    "verdicts": list(self.verdicts[i]),
+                }
+            )
+        return {
+            "task": self.task.text,
+            "steps": steps,
+            "current_step": self.current_step,
+            "tokens": self.tokens,
+            "token_budget": self.token_budget,
+            "calls": self.calls,
+            "steps_taken": self.steps,
+            "step_limit": self.step_limit,
+            "legal_actions": [self.action_names[a] for a in np.flatnonzero(self._mask())],
         }
 
     def process_info(self) -> dict[str, int]:
@@ -545,3 +725,4 @@ class EDOEnv(gym.Env):
 
     def close(self) -> None:
         self._started = False
+

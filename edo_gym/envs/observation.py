@@ -1,14 +1,24 @@
 """The fixed-size numeric observation of EDO-v0 (a ``Dict`` of ``Box`` spaces, usable by SB3's MultiInputPolicy).
 
-Keys and shapes (``S`` = max subtasks, ``W`` = workers, ``A`` = actions, ``H`` = history length):
+It holds only what a real orchestrator knows: features of the task text, the plan *as the planner wrote it*, what
+each worker returned and how it said it, the verdicts of verifications the policy paid for, public facts about
+the workers (size, price, shard, context size), its own history and budget. Never: true step types, gold answers,
+correctness, the true hop count, plan faithfulness or worker skills (see ``EDOEnv.hidden_state``).
 
-- ``task`` ``(E + 4,)``: task-text embedding projected to ``E`` dims in [-1, 1], family one-hot, hops / max hops;
-- ``plan`` ``(8,)``: plan length / S, planner confidence, current step / S, all steps done, replans used,
-  last result's confidence, last result verified ok, last result flagged;
-- ``subtasks`` ``(S, 21)``: labelled type one-hot (3), labelled domain one-hot (7), present, done, current,
-  dependencies satisfied, confidence, verified ok, flagged, retrieved, attempts / 4, abstained;
-- ``workers`` ``(W, 17)``: skills per type (3), shard domains (7), size one-hot (3), parametric knowledge,
-  calls / step limit, flagged results / step limit, abstentions / step limit;
+Keys and shapes (``S`` = max subtasks, ``W`` = workers, ``A`` = actions, ``H`` = history length, ``E`` = task
+embedding dims):
+
+- ``task`` ``(E + 3,)``: task-text embedding projected to ``E`` dims in [-1, 1], family one-hot (the family is
+  plain from the task text);
+- ``plan`` ``(13,)``: plan length / S, planner confidence, confidence given, current step / S, all steps done,
+  replans used / max, fallback plan, repaired plan, last result's confidence, its confidence given, last result's
+  latest verdict ok / flagged / unsure;
+- ``subtasks`` ``(S, 25)``: labelled type one-hot (3), labelled domain one-hot (7), present, done, current,
+  inputs done, reads a later step, confidence, confidence given, verdict ok, flagged, unsure, verifications / 4,
+  retrieved, attempts / 4, abstained, answer names a known entity or number;
+- ``workers`` ``(W, 18)``: size one-hot (3), price / 4, shard domains (7), shard documents / corpus, top-k / 10,
+  then this episode: calls, abstentions, results flagged by a verifier, results confirmed by a verifier,
+  verifications performed (each / step limit);
 - ``budget`` ``(5,)``: tokens / token budget, calls / step limit, latency / latency budget, steps / step limit,
   illegal actions / step limit (each clipped to 1);
 - ``history`` ``(H, A)``: one-hot of the last ``H`` actions (omitted when ``H = 0``);
@@ -24,16 +34,31 @@ from gymnasium import spaces
 
 from edo_gym.config import DOMAINS, FAMILIES, MODEL_SIZES, SUBTASK_TYPES, EDOConfig
 
-SUBTASK_FEATURES = len(SUBTASK_TYPES) + len(DOMAINS) + 11
-WORKER_FEATURES = len(SUBTASK_TYPES) + len(DOMAINS) + len(MODEL_SIZES) + 4
-PLAN_FEATURES = 8
+N_TYPES, N_DOMAINS = len(SUBTASK_TYPES), len(DOMAINS)
+# subtask table columns
+C_TYPE = 0
+C_DOMAIN = N_TYPES
+_C = C_DOMAIN + N_DOMAINS
+(
+    C_PRESENT, C_DONE, C_CURRENT, C_DEPS, C_LATER, C_CONF, C_CONF_GIVEN, C_OK, C_FLAG, C_UNSURE, C_NVERIFY, C_RETR,
+    C_ATTEMPTS, C_ABSTAIN, C_LINKED,
+) = range(_C, _C + 15)  # fmt: skip
+SUBTASK_FEATURES = _C + 15
+# plan vector
+(
+    P_LEN, P_CONF, P_CONF_GIVEN, P_CURRENT, P_ALL_DONE, P_REPLANS, P_FALLBACK, P_REPAIRED, P_LAST_CONF, P_LAST_CONF_GIVEN,
+    P_LAST_OK, P_LAST_FLAG, P_LAST_UNSURE,
+) = range(13)  # fmt: skip
+PLAN_FEATURES = 13
+# worker table columns
+W_SIZE = 0
+W_PRICE = len(MODEL_SIZES)
+W_SHARD = W_PRICE + 1
+W_DOCS = W_SHARD + N_DOMAINS
+W_TOPK = W_DOCS + 1
+W_CALLS, W_ABSTAINED, W_FLAGGED, W_CONFIRMED, W_VERIFIED = range(W_TOPK + 1, W_TOPK + 6)
+WORKER_FEATURES = W_TOPK + 6
 BUDGET_FEATURES = 5
-
-# column offsets in the subtask table
-_C_TYPE = 0
-_C_DOMAIN = len(SUBTASK_TYPES)
-_C = _C_DOMAIN + len(DOMAINS)
-C_PRESENT, C_DONE, C_CURRENT, C_DEPS, C_CONF, C_OK, C_FLAG, C_RETR, C_ATTEMPTS, C_ABSTAIN = range(_C, _C + 10)
 TYPE_INDEX = {t: i for i, t in enumerate(SUBTASK_TYPES)}
 DOMAIN_INDEX = {d: i for i, d in enumerate(DOMAINS)}
 FAMILY_INDEX = {f: i for i, f in enumerate(FAMILIES)}
@@ -43,7 +68,7 @@ def observation_space(config: EDOConfig, n_actions: int) -> spaces.Dict:
     S, W = config.max_subtasks, len(config.workers)
     E = config.retrieval.task_embedding_dim
     d = {
-        "task": spaces.Box(-1.0, 1.0, (E + len(FAMILIES) + 1,), np.float32),
+        "task": spaces.Box(-1.0, 1.0, (E + len(FAMILIES),), np.float32),
         "plan": spaces.Box(0.0, 1.0, (PLAN_FEATURES,), np.float32),
         "subtasks": spaces.Box(0.0, 1.0, (S, SUBTASK_FEATURES), np.float32),
         "workers": spaces.Box(0.0, 1.0, (W, WORKER_FEATURES), np.float32),
@@ -55,16 +80,17 @@ def observation_space(config: EDOConfig, n_actions: int) -> spaces.Dict:
     return spaces.Dict(d)
 
 
-def worker_static_features(config: EDOConfig) -> np.ndarray:
-    """The constant part of the worker table (profile, shard, size)."""
+def worker_static_features(config: EDOConfig, shard_sizes: list[int], corpus_size: int) -> np.ndarray:
+    """The public, constant part of the worker table: size, price, shard domains, shard size, context size."""
     W = len(config.workers)
     table = np.zeros((W, WORKER_FEATURES), dtype=np.float32)
     for i, w in enumerate(config.workers):
-        table[i, : len(SUBTASK_TYPES)] = w.skill_vector()
+        table[i, W_SIZE + MODEL_SIZES.index(w.size)] = 1.0
+        table[i, W_PRICE] = min(1.0, w.price / 4.0)
         for dom in w.shard:
-            table[i, len(SUBTASK_TYPES) + DOMAIN_INDEX[dom]] = 1.0
-        table[i, len(SUBTASK_TYPES) + len(DOMAINS) + MODEL_SIZES.index(w.size)] = 1.0
-        table[i, len(SUBTASK_TYPES) + len(DOMAINS) + len(MODEL_SIZES)] = w.parametric_knowledge
+            table[i, W_SHARD + DOMAIN_INDEX[dom]] = 1.0
+        table[i, W_DOCS] = shard_sizes[i] / max(1, corpus_size)
+        table[i, W_TOPK] = min(1.0, w.top_k / 10.0)
     return table
 
 

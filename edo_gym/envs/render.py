@@ -1,4 +1,8 @@
-"""Readable text trace of an EDO episode (``render_mode="ansi"``/``"human"``)."""
+"""Readable text trace of an EDO episode (``render_mode="ansi"``/``"human"``).
+
+It shows what the orchestrator sees: the task, the plan as written, each decision with the worker, the retrieved
+documents, the answer as written, verdicts and cost. It never shows hidden state (gold answers, correctness).
+"""
 
 from __future__ import annotations
 
@@ -10,49 +14,54 @@ if TYPE_CHECKING:
 
 
 def _plan_lines(plan: Plan) -> list[str]:
-    lines = [f"  plan ({len(plan.steps)} steps, planner confidence {plan.confidence:.2f}):"]
+    conf = "n/a" if plan.confidence is None else f"{plan.confidence:.2f}"
+    lines = [f"  plan ({len(plan.steps)} steps, {plan.source}, planner confidence {conf}):"]
     for i, s in enumerate(plan.steps):
-        what = "+".join(s.relations) if s.relations else s.op
-        deps = f" <- {list(s.deps)}" if s.deps else f" <- {s.literal!r}"
-        lines.append(f"    [{i}] {s.label}/{s.domain_label}: {what}{deps}")
+        deps = f" <- {[d + 1 for d in s.deps]}" if s.deps else ""
+        lines.append(f"    [{i + 1}] {s.label}/{s.domain_label}: {s.instruction}{deps}")
     return lines
 
 
+def _cost(cost) -> str:
+    return f"{cost.prompt_tokens}+{cost.completion_tokens} tokens, {cost.latency_s:.2f} s"
+
+
 def render_trace(env: EDOEnv) -> str:
-    """The episode so far: task, plan, each decision with worker, retrieval hits, answer and cost."""
-    docs = env.world.documents
+    """The episode so far: task, plan, each decision with worker, retrieval hits, answer, verdicts and cost."""
+    docs = env.doc_texts
+    names = [w.name for w in env.config.workers]
     out: list[str] = []
     for event in env.trace:
         kind = event[0]
         if kind == "reset":
-            task, plan = event[1], event[2]
-            out.append(f"TASK #{env.task_id} ({task.family}, {task.hops} hops): {task.text}")
-            out.extend(_plan_lines(plan))
+            out.append(f"TASK #{event[1]} ({env.task.family}): {env.task.text}")
+        elif kind == "plan":
+            out.extend(_plan_lines(event[1]))
+        elif kind == "plan_fallback":
+            out.append(f"  planner gave no valid plan ({event[1]}); using the one-step fallback plan")
         elif kind == "dispatch":
             i, w, rec = event[1], event[2], event[3]
-            name = env.config.workers[w].name
-            out.append(f"  dispatch step {i} -> {name} ({'with' if rec.used_retrieval else 'without'} retrieval)")
-            out.append(f"    query: {rec.query}")
-            if getattr(rec, "retrieval_error", None) is not None:
+            out.append(f"  dispatch step {i + 1} -> {names[w]} ({'with' if rec.used_retrieval else 'without'} retrieval)")
+            out.append(f"    instruction: {rec.instruction}")
+            if rec.retrieval_error:
                 out.append(f"    retrieval FAILED ({rec.retrieval_error}); answered without retrieval")
             for d in rec.retrieved:
-                out.append(f"    hit: [{docs[d].domain}] {docs[d].text}")
-            attempts = getattr(rec, "attempts", 1)
-            tries = f" after {attempts} attempts" if attempts > 1 else ""
-            cost = f"{rec.prompt_tokens}+{rec.completion_tokens} tokens, {rec.latency_s:.2f} s"
-            if getattr(rec, "failed", False):
-                out.append(f"    call FAILED{tries}: {rec.error}; step stays undone; {cost}")
+                out.append(f"    hit: {docs[d]}")
+            tries = f" after {rec.attempts} attempts" if rec.attempts > 1 else ""
+            if rec.failed:
+                out.append(f"    call FAILED{tries}: {rec.error}; step stays undone; {_cost(rec.cost)}")
             else:
-                out.append(f"    answer: {rec.text!r} (confidence {rec.confidence:.2f}){tries}; {cost}")
+                conf = "n/a" if rec.confidence is None else f"{rec.confidence:.2f}"
+                out.append(f"    answer: {rec.text!r} (confidence {conf}){tries}; {_cost(rec.cost)}")
         elif kind == "verify":
-            attempts = event[3] if len(event) > 3 else 1
-            tries = f" after {attempts} attempts" if attempts > 1 else ""
-            if event[2] is None:
-                out.append(f"  verify step {event[1]}: call FAILED{tries}: {event[4]}; result stays unchecked")
+            check = event[1]
+            tries = f" after {check.attempts} attempts" if check.attempts > 1 else ""
+            if check.failed:
+                out.append(f"  verify step {check.step + 1} by {names[check.worker]}: call FAILED{tries}: {check.error}")
             else:
-                out.append(f"  verify step {event[1]}: {'FLAGGED' if event[2] else 'ok'}{tries}")
+                out.append(f"  verify step {check.step + 1} by {names[check.worker]}: {check.verdict.upper()}{tries}; {_cost(check.cost)}")
         elif kind == "rollback":
-            out.append(f"  rollback step {event[1]}")
+            out.append(f"  rollback step {event[1] + 1}")
         elif kind == "replan":
             out.append("  replan:")
             out.extend(_plan_lines(event[1]))
@@ -61,15 +70,11 @@ def render_trace(env: EDOEnv) -> str:
         elif kind == "budget":
             out.append(f"  token budget exhausted ({event[1]} tokens)")
         elif kind == "submit":
-            out.append(f"  submit: {event[1]!r} (gold {event[2]!r}) -> score {event[3]:.2f}")
+            out.append(f"  submit: {event[1]!r} -> score {event[2]:.2f}")
     totals = f"  totals: {env.steps} steps, {env.tokens} tokens, {env.calls} calls, {env.latency_s:.2f} s simulated latency"
     faults = [
         f"{n} {label}"
-        for n, label in (
-            (getattr(env, "failed_calls", 0), "failed calls"),
-            (getattr(env, "call_retries", 0), "retries"),
-            (getattr(env, "retrieval_fallbacks", 0), "retrieval fallbacks"),
-        )
+        for n, label in ((env.failed_calls, "failed calls"), (env.call_retries, "retries"), (env.retrieval_fallbacks, "retrieval fallbacks"))
         if n
     ]
     out.append(totals + (f"; {', '.join(faults)}" if faults else ""))

@@ -11,11 +11,13 @@ Everything is a pure function of :class:`~edo_gym.config.WorldConfig`: same conf
 from __future__ import annotations
 
 import hashlib
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from edo_gym.config import DOMAINS, WorldConfig
+from edo_gym.world.text import EntityLinker
 
 MONTHS: tuple[str, ...] = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
                            "October", "November", "December")  # fmt: skip
@@ -139,9 +141,17 @@ class World:
         self._make_entities(rng)
         self._make_facts(rng)
         self.documents: list[Document] = self._make_documents(rng)
-        #: normalised entity name -> canonical name, for parsing answers.
-        self.entity_index: dict[str, str] = {name.lower(): name for names in self.entities.values() for name in names}
         self.kind_of: dict[str, str] = {name: kind for kind, names in self.entities.items() for name in names}
+        #: canonical name -> other surface forms a correct answer may take (``"Quell, Mara"`` for ``"Mara Quell"``).
+        self.aliases: dict[str, tuple[str, ...]] = {
+            name: (f"{name.split()[-1]}, {' '.join(name.split()[:-1])}", f"{name.split()[-1]} {' '.join(name.split()[:-1])}")
+            for name in self.entities["person"]
+        }
+        self.subjects_by_relation: dict[str, list[str]] = {}
+        for subject, rel_name in self.facts:
+            self.subjects_by_relation.setdefault(rel_name, []).append(subject)
+        self._linkers: dict[float, EntityLinker] = {}
+        self._memories: dict[tuple, dict[tuple[str, str], str]] = {}
         self.corpus_hash = hashlib.sha256(
             "\n".join(f"{d.doc_id}\t{d.domain}\t{d.text}" for d in self.documents).encode()
         ).hexdigest()[:16]
@@ -264,8 +274,37 @@ class World:
             by_domain[doc.domain].append(i)
         return by_domain
 
-    def parse_entity(self, text: str) -> str | None:
-        """The canonical entity named by an answer text after normalisation, or ``None``."""
-        from edo_gym.world.text import normalize
+    def linker(self, threshold: float = 0.85) -> EntityLinker:
+        """A fuzzy entity linker over every entity name and alias (one per threshold, shared)."""
+        linker = self._linkers.get(threshold)
+        if linker is None:
+            names = [n for names in self.entities.values() for n in names]
+            aliases = {a: name for name, forms in self.aliases.items() for a in forms}
+            linker = self._linkers[threshold] = EntityLinker(names, aliases, threshold)
+        return linker
 
-        return self.entity_index.get(normalize(text))
+    def plausible_value(self, relation: str, rng: np.random.Generator, avoid: str | None = None) -> str:
+        """A well-formed value of ``relation``'s kind (what a model makes up), different from ``avoid`` when possible."""
+        return self._value_for(rng, RELATIONS[relation].value_kind, exclude=avoid)
+
+    def parametric_memory(self, agent: str, coverage: dict[str, float], accuracy: float) -> dict[tuple[str, str], str]:
+        """What a model called ``agent`` remembers: a partial, noisy copy of the facts, fixed for this world.
+
+        Each fact is remembered with probability ``coverage[domain of its relation]``; a remembered fact holds the
+        true value with probability ``accuracy``, else a plausible wrong one. Seeded by the world seed and
+        ``agent``, so the same model remembers the same things in every process.
+        """
+        key = (agent, tuple(sorted(coverage.items())), accuracy)
+        memory = self._memories.get(key)
+        if memory is not None:
+            return memory
+        seed = zlib.crc32(f"{self.config.seed}:{agent}".encode())
+        rng = np.random.default_rng(seed)
+        memory = {}
+        for (subject, rel_name), value in self.facts.items():
+            p = coverage.get(RELATIONS[rel_name].domain, 0.0)
+            draw_known, draw_right = rng.random(), rng.random()
+            if draw_known < p:
+                memory[(subject, rel_name)] = value if draw_right < accuracy else self.plausible_value(rel_name, rng, value)
+        self._memories[key] = memory
+        return memory

@@ -1,0 +1,355 @@
+"""``SimulatedBackend``: seeded, calibrated stand-ins for the planner, worker and verifier models.
+
+It answers :class:`~edo_gym.agents.protocol.LLMRequest`\\ s from their *text*, as a model would:
+
+- a **worker** parses the instruction with the world's language (:mod:`edo_gym.world.language`). For a lookup it
+  reads the request's documents: each document's text is parsed for the fact it states, candidates about the
+  asked relation are compared with the asked subject (an exact name, a near-duplicate name, or another entity),
+  and the worker takes a value from the text it read. Confusion depends on the document's rank, on
+  near-duplicates ranked above the right document, and on the worker's hidden reading skill for that domain.
+  Without a usable document it answers from its *parametric memory* (a partial, noisy copy of the facts fixed
+  when the world is generated, :meth:`~edo_gym.world.generator.World.parametric_memory`), else abstains or makes
+  up a plausible value. Compute and write steps parse their inputs as written upstream. The world's fact table is
+  never consulted at answer time;
+- a **verifier** re-derives the answer the same way from its own evidence (its own retrieval, its own memory)
+  and compares: ``CORRECT``, ``INCORRECT``, or ``UNSURE`` when it found nothing to check against;
+- the **planner** writes a JSON plan (:data:`~edo_gym.agents.planner.PLAN_FORMAT`) of the task, with one error
+  with probability ``PlannerConfig.error_rate`` (drop, merge, reorder, mislabel, wrong relation, wrong entity,
+  wrong operator), sometimes malformed JSON, and a stated confidence that is informative but not separating.
+
+All randomness comes from ``request.seed`` (drawn by the env from its own RNG), so a request always gets the
+same reply, in any process. Confidence is reported as if from token log-probabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edo_gym.agents.planner import PLAN_INSTRUCTION, plan_to_json
+from edo_gym.agents.protocol import LLMRequest, LLMResponse
+from edo_gym.config import DOMAINS, PLANNER_ERRORS, SUBTASK_TYPES, PlannerConfig, WorkerSpec
+from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, World
+from edo_gym.world.language import compute_instruction, parse_compute, parse_document, parse_question, parse_reply, question
+from edo_gym.world.language import reply_instruction
+from edo_gym.world.tasks import REPLY_TEMPLATE, Task, apply_op
+from edo_gym.world.text import ABSTAIN_TEXT, DRIFTS, answers_match, drift, first_number, normalize, similarity, token_f1
+
+#: Name similarity above which a document about another name is a confusable near-duplicate.
+NEAR_DUPLICATE = 0.75
+#: Mean stated confidence by where an answer came from (noise sd ``CONFIDENCE_SD``).
+CONFIDENCE_BY_SOURCE = {"document": 0.72, "memory": 0.6, "computed": 0.7, "guess": 0.5, "abstain": 0.15}
+CONFIDENCE_SD = 0.16
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A simulated model's answer and where it came from (``document``, ``memory``, ``computed``, ``guess``, ``abstain``)."""
+
+    text: str
+    source: str
+
+
+class SimulatedBackend:
+    """Seeded simulation of the team's models (see module docstring).
+
+    :param world: the synthetic world (its language, entity names and the models' parametric memories).
+    :param workers: the worker specs; a request's ``agent`` names one (hidden skills live here, as in a real model).
+    :param planner: the planner's error model.
+    :param tasks: the tasks the planner may be asked about (it understands them perfectly, then errs).
+    """
+
+    def __init__(self, world: World, workers: Sequence[WorkerSpec], planner: PlannerConfig, tasks: Sequence[Task]) -> None:
+        self.world = world
+        self.specs = {w.name: w for w in workers}
+        self.planner = planner
+        self.tasks_by_text = {t.text: t for t in tasks}
+        weights = np.asarray(planner.error_weights, dtype=float)
+        self._error_p = weights / weights.sum()
+        self._memories = {
+            w.name: world.parametric_memory(w.name, {d: w.memory_coverage for d in DOMAINS}, w.memory_accuracy) for w in workers
+        }
+        self.calls = 0
+
+    # -- protocol -------------------------------------------------------------------------------------------------
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        self.calls += 1
+        rng = np.random.default_rng(request.seed)
+        if request.role == "planner":
+            return self._plan(request, rng)
+        spec = self.specs.get(request.agent)
+        if spec is None:
+            raise ValueError(f"SimulatedBackend has no model for agent {request.agent!r}; known: {sorted(self.specs)}")
+        if request.role == "worker":
+            reading = self.read(spec, request.instruction, request.inputs, request.documents, rng)
+            text = reading.text
+            if reading.source not in ("abstain",) and rng.random() < spec.format_drift:
+                text = drift(text, DRIFTS[int(rng.integers(len(DRIFTS)))])
+            return LLMResponse(text, confidence=self._confidence(reading.source, rng))
+        if request.role == "verifier":
+            return LLMResponse(self._verify(spec, request, rng), confidence=None)
+        raise ValueError(f"SimulatedBackend does not simulate role {request.role!r}; use a real model for it")
+
+    @staticmethod
+    def _confidence(source: str, rng: np.random.Generator) -> float:
+        return float(min(1.0, max(0.0, rng.normal(CONFIDENCE_BY_SOURCE[source], CONFIDENCE_SD))))
+
+    # -- workers --------------------------------------------------------------------------------------------------
+    def read(
+        self, spec: WorkerSpec, instruction: str, inputs: Sequence[str], documents: Sequence[str], rng: np.random.Generator
+    ) -> Reading:
+        """What worker ``spec`` answers to ``instruction`` given ``inputs`` and the ``documents`` it retrieved."""
+        q = parse_question(instruction)
+        if q is not None:
+            relations, subject = q
+            return self._lookup(spec, relations, subject, documents, rng)
+        c = parse_compute(instruction)
+        if c is not None:
+            return self._compute(spec, c[0], list(inputs) if inputs else c[1], rng)
+        r = parse_reply(instruction)
+        if r is not None:
+            return self._write(spec, inputs[0] if inputs else r, rng)
+        return self._nothing(spec, None, rng)
+
+    def _nothing(self, spec: WorkerSpec, relation: str | None, rng: np.random.Generator) -> Reading:
+        if relation is None or rng.random() < spec.abstain_rate:
+            return Reading(ABSTAIN_TEXT, "abstain")
+        return Reading(self.world.plausible_value(relation, rng), "guess")
+
+    def _lookup(
+        self, spec: WorkerSpec, relations: tuple[str, ...], subject: str, documents: Sequence[str], rng: np.random.Generator
+    ) -> Reading:
+        value, source = subject, "document"
+        penalty = 0.0 if len(relations) == 1 else 0.1  # a two-hop question in one call is harder
+        for hop, rel in enumerate(relations):
+            got = self._read_fact(spec, rel, value, documents, rng, penalty)
+            if got is None:
+                return self._nothing(spec, relations[-1], rng)
+            value, how = got
+            if how != "document" or hop > 0:
+                source = how if source == "document" else source
+        return Reading(value, source)
+
+    def _read_fact(
+        self, spec: WorkerSpec, relation: str, subject: str, documents: Sequence[str], rng: np.random.Generator, penalty: float
+    ) -> tuple[str, str] | None:
+        """``(value, source)`` of ``relation`` for ``subject`` read off ``documents`` or remembered, or ``None``."""
+        target = normalize(subject)
+        exact: list[tuple[int, str]] = []
+        near: list[tuple[int, str]] = []
+        for rank, text in enumerate(documents):
+            fact = parse_document(text)
+            if fact is None or fact[1] != relation:
+                continue
+            name = normalize(fact[0])
+            if name == target:
+                exact.append((rank, fact[2]))
+            elif similarity(name, target) >= NEAR_DUPLICATE:
+                near.append((rank, fact[2]))
+        skill = spec.lookup_skill(RELATIONS[relation].domain) - penalty
+        if exact:
+            rank, value = exact[0]
+            confusers = [v for r, v in near if r < rank]
+            p = skill - 0.12 * len(confusers) - 0.03 * rank
+            if rng.random() < p:
+                return value, "document"
+            if near:  # misread: took the near-duplicate's line
+                return near[int(rng.integers(len(near)))][1], "document"
+            return self.world.plausible_value(relation, rng, value), "guess"
+        if near and rng.random() < 0.3 + 0.5 * (1.0 - skill):
+            # a careless reader does not notice that the document is about a different (similar) name
+            return near[0][1], "document"
+        remembered = self._memories[spec.name].get((subject, relation))
+        if remembered is not None:
+            return remembered, "memory"
+        return None
+
+    def _compute(self, spec: WorkerSpec, op: str, inputs: Sequence[str], rng: np.random.Generator) -> Reading:
+        numbers = [first_number(x) for x in inputs]
+        if not numbers or any(n is None for n in numbers):
+            if rng.random() < spec.abstain_rate:
+                return Reading(ABSTAIN_TEXT, "abstain")
+            return Reading(str(int(rng.integers(100, 5000))), "guess")
+        right = apply_op(op, [str(n) for n in numbers])
+        assert right is not None
+        if rng.random() < spec.skills["compute"]:
+            return Reading(right, "computed")
+        slip = apply_op("max" if op == "sum" else "sum", [str(n) for n in numbers]) if rng.random() < 0.4 else None
+        if slip is None or slip == right:
+            slip = str(int(right) + int(rng.choice([-1, 1])) * int(rng.integers(1, 60)))
+        return Reading(slip, "computed")
+
+    def _write(self, spec: WorkerSpec, window: str, rng: np.random.Generator) -> Reading:
+        days = first_number(window)
+        if days is None or "day" not in window.lower():
+            if rng.random() < spec.abstain_rate:
+                return Reading(ABSTAIN_TEXT, "abstain")
+            return Reading("Please contact our support team about a refund.", "guess")
+        if rng.random() < spec.skills["write"]:
+            return Reading(REPLY_TEMPLATE.format(v=f"{days} days"), "computed")
+        if rng.random() < 0.5:
+            return Reading(f"Refunds for late deliveries are handled case by case, usually within {days} days.", "computed")
+        return Reading(REPLY_TEMPLATE.format(v=f"{days + int(rng.integers(1, 30))} days"), "computed")
+
+    # -- verifier -------------------------------------------------------------------------------------------------
+    def _verify(self, spec: WorkerSpec, request: LLMRequest, rng: np.random.Generator) -> str:
+        answer = request.answer
+        if not normalize(answer) or normalize(answer) == normalize(ABSTAIN_TEXT):
+            return "INCORRECT: there is no answer."
+        own = self.read(spec, request.instruction, request.inputs, request.documents, rng)
+        if own.source in ("abstain", "guess"):
+            return "UNSURE: I cannot check this against anything I know."
+        if parse_reply(request.instruction) is not None:
+            agree = token_f1(answer, own.text) >= 0.8
+        else:
+            linker = self.world.linker()
+            a, b = linker.link(answer), linker.link(own.text)
+            agree = answers_match(answer, own.text) or (a is not None and a == b)
+            if not agree and first_number(answer) is not None and first_number(own.text) is not None:
+                agree = first_number(answer) == first_number(own.text) and parse_compute(request.instruction) is not None
+        return "CORRECT" if agree else f"INCORRECT: I find {own.text}"
+
+    # -- planner --------------------------------------------------------------------------------------------------
+    def _plan(self, request: LLMRequest, rng: np.random.Generator) -> LLMResponse:
+        task = self.tasks_by_text.get(request.task)
+        cfg = self.planner
+        if task is None:
+            steps = [{"type": "write", "domain": DOMAINS[0], "instruction": request.task, "inputs": []}]
+            return LLMResponse(plan_to_json(steps), confidence=0.3)
+        steps = [_gold_step(s) for s in task.subtasks]
+        error = None
+        if rng.random() < cfg.error_rate:
+            error = str(PLANNER_ERRORS[int(rng.choice(len(PLANNER_ERRORS), p=self._error_p))])
+            steps, error = self._corrupt(steps, error, rng)
+        faithful = error in (None, "mislabel")
+        mean = cfg.confidence_mean_faithful if faithful else cfg.confidence_mean_unfaithful
+        confidence = float(min(1.0, max(0.0, rng.normal(mean, cfg.confidence_sd))))
+        text = plan_to_json([_render(s) for s in steps])
+        if request.instruction == PLAN_INSTRUCTION and rng.random() < cfg.malformed_rate:
+            text = "Here is the plan:\n" + text[: len(text) // 2]  # cut off mid-JSON
+        return LLMResponse(text, confidence=confidence)
+
+    def _corrupt(self, steps: list[dict], error: str, rng: np.random.Generator) -> tuple[list[dict], str]:
+        n = len(steps)
+        lookups = [j for j in range(n) if steps[j]["kind"] == "lookup"]
+        if error == "drop":
+            candidates = [j for j in range(n - 1) if any(j in s["deps"] for s in steps)]
+            if candidates:
+                return _drop(steps, int(rng.choice(candidates))), error
+        elif error == "merge":
+            candidates = [j for j in range(n - 1) if j in lookups and j + 1 in lookups and steps[j + 1]["deps"] == (j,)]
+            if candidates:
+                return _merge(steps, int(rng.choice(candidates))), error
+        elif error == "reorder":
+            candidates = [j for j in range(n - 1) if j in steps[j + 1]["deps"]]
+            if candidates:
+                return _swap(steps, int(rng.choice(candidates))), error
+        elif error == "wrong_relation":
+            candidates = [j for j in lookups if _alternatives(steps[j]["relations"][-1], bool(steps[j]["deps"]), j == n - 1)]
+            if candidates:
+                j = int(rng.choice(candidates))
+                alts = _alternatives(steps[j]["relations"][-1], bool(steps[j]["deps"]), j == n - 1)
+                new = str(rng.choice(alts))
+                steps[j] = {**steps[j], "relations": (new,), "domain": RELATIONS[new].domain, "label_domain": RELATIONS[new].domain}
+                return steps, error
+        elif error == "wrong_entity":
+            candidates = [j for j in lookups if not steps[j]["deps"] and steps[j]["literal"] in self.world.kind_of]
+            if candidates:
+                j = int(rng.choice(candidates))
+                pool = self.world.entities[self.world.kind_of[steps[j]["literal"]]]
+                others = [e for e in pool if e != steps[j]["literal"] and not any(s["literal"] == e for s in steps)]
+                if others:
+                    steps[j] = {**steps[j], "literal": others[int(rng.integers(len(others)))]}
+                    return steps, error
+        elif error == "wrong_op":
+            candidates = [j for j in range(n) if steps[j]["kind"] == "compute"]
+            if candidates:
+                j = int(rng.choice(candidates))
+                steps[j] = {**steps[j], "op": "max" if steps[j]["op"] == "sum" else "sum"}
+                return steps, error
+        # the drawn error does not apply to this plan: mislabel a step instead (the plan still works). Labels stay
+        # plausible: a compute step is labelled with the sales domain, a write step with policies.
+        j = int(rng.integers(n))
+        s = steps[j]
+        if s["label"] == "lookup" and rng.random() < 0.6:
+            label, domain = "lookup", str(rng.choice([d for d in DOMAINS if d != s["label_domain"]]))
+        else:
+            label = str(rng.choice([t for t in SUBTASK_TYPES if t != s["label"]]))
+            domain = {"compute": "sales", "write": "policies"}.get(label, s["domain"])
+        steps[j] = {**s, "label": label, "label_domain": domain}
+        return steps, "mislabel"
+
+
+# -- plan construction helpers (gold steps as dicts, then rendered as the planner's JSON) ----------------------------
+def _gold_step(s) -> dict:
+    return {
+        "kind": s.kind,
+        "label": s.kind,
+        "domain": s.domain,
+        "label_domain": s.domain,
+        "relations": (s.relation,) if s.relation else (),
+        "op": s.op,
+        "deps": tuple(s.deps),
+        "literal": s.literal,
+    }
+
+
+def _render(s: dict) -> dict:
+    refs = [f"{{{d + 1}}}" for d in s["deps"]]
+    if s["kind"] in ("lookup", "merged"):
+        subject = refs[0] if s["deps"] else (s["literal"] or "")
+        instruction = question(tuple(s["relations"]), subject)
+    elif s["kind"] == "compute":
+        instruction = compute_instruction(s["op"], refs)
+    else:
+        instruction = reply_instruction(refs[0] if refs else "")
+    return {"type": s["label"], "domain": s["label_domain"], "instruction": instruction, "inputs": [d + 1 for d in s["deps"]]}
+
+
+def _alternatives(relation: str, has_input: bool, last: bool) -> list[str]:
+    """Relations a planner could confuse ``relation`` with: same subject kind (and, mid-chain, an entity value)."""
+    rel = RELATIONS[relation]
+    if rel.subject_kind == "store" or relation in ("shipment", "carrier", "refund_window"):
+        return []
+    pool = FINAL_RELATIONS if last else CHAIN_RELATIONS
+    return [r for r in pool.get(rel.subject_kind, ()) if r != relation and (last or RELATIONS[r].value_kind == rel.value_kind)]
+
+
+def _reindex(steps: list[dict], mapping: dict[int, tuple[int, ...]]) -> list[dict]:
+    out = []
+    for s in steps:
+        deps: list[int] = []
+        for d in s["deps"]:
+            for nd in mapping[d]:
+                if nd not in deps:
+                    deps.append(nd)
+        out.append({**s, "deps": tuple(deps)})
+    return out
+
+
+def _drop(steps: list[dict], j: int) -> list[dict]:
+    dropped = steps[j]
+    kept = [s for i, s in enumerate(steps) if i != j]
+    new_index = {i: (i if i < j else i - 1,) for i in range(len(steps)) if i != j}
+    new_index[j] = tuple(new_index[d][0] for d in dropped["deps"])
+    out = _reindex(kept, new_index)
+    if not dropped["deps"]:  # the dependents of a first hop now start from its literal
+        out = [{**s, "literal": dropped["literal"]} if s["kind"] == "lookup" and not s["deps"] and s["literal"] is None else s for s in out]
+    return out
+
+
+def _merge(steps: list[dict], j: int) -> list[dict]:
+    a, b = steps[j], steps[j + 1]
+    merged = {**a, "kind": "merged", "label": "lookup", "relations": tuple(a["relations"]) + tuple(b["relations"])}
+    kept = steps[:j] + [merged] + steps[j + 2 :]
+    return _reindex(kept, {i: (i if i <= j else i - 1,) for i in range(len(steps))})
+
+
+def _swap(steps: list[dict], j: int) -> list[dict]:
+    order = list(range(len(steps)))
+    order[j], order[j + 1] = order[j + 1], order[j]
+    new_pos = {old: new for new, old in enumerate(order)}
+    return _reindex([steps[i] for i in order], {i: (new_pos[i],) for i in range(len(steps))})
+
