@@ -6,14 +6,17 @@ point, the flattened observation next to the hidden variables of that moment. :f
 classifier (logistic regression on standardised features) from the observation to each hidden variable on one half
 of the episodes and reports its ROC AUC on the other half:
 
-- ``last_result_correct``: whether the most recent result is right (among answered results: an abstention is
-  visibly not an answer);
-- ``plan_faithful``: whether executing the plan perfectly would answer the task;
-- ``label_wrong``: whether the current step's type or domain label differs from the truth.
+- ``last_result_correct``: whether a result is right, logged when it has just come back (among answered results:
+  an abstention is visibly not an answer);
+- ``plan_faithful``: whether executing the plan perfectly would answer the task, logged when the plan has just been
+  made (before any step ran);
+- ``label_wrong``: whether the current step's type or domain label differs from the truth, logged before each dispatch.
 
-Verdicts of verifications the policy paid for are excluded from the features (a verdict is meant to be
-informative); everything else the policy sees is included. An AUC near 1 means the variable can be read off the
-observation: a leak.
+Each variable is logged at the decision point where a policy would want it and has not yet paid to learn it: once
+steps run, their answers (abstentions, odd values) legitimately tell a broken plan apart, which is evidence the
+policy earned. ``plan_faithful_any_point`` (every decision point) is reported beside it for transparency. Verdicts of
+verifications the policy paid for are excluded from the features (a verdict is meant to be informative); everything
+else the policy sees is included. An AUC near 1 means the variable can be read off the observation: a leak.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 
 from edo_gym.envs import observation as O
 
-HIDDEN_TARGETS: tuple[str, ...] = ("last_result_correct", "plan_faithful", "label_wrong")
+HIDDEN_TARGETS: tuple[str, ...] = ("last_result_correct", "plan_faithful", "label_wrong", "plan_faithful_any_point")
 
 
 def verdict_mask(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -72,10 +75,14 @@ def collect(
             record = base.results[last] if last >= 0 else None
             rows["episode"].append(ep)
             rows["x"].append(flatten(obs))
-            rows["plan_faithful"].append(float(hidden["plan_faithful"]))
+            fresh_plan = not base.done_stack
+            just_answered = (
+                record is not None and not record.abstained and not base.verdicts[last] and info.get("event") == "dispatch"
+            )
+            rows["plan_faithful"].append(float(hidden["plan_faithful"]) if fresh_plan else np.nan)
+            rows["plan_faithful_any_point"].append(float(hidden["plan_faithful"]))
             rows["label_wrong"].append(float(hidden["label_wrong"][current]) if current >= 0 else np.nan)
-            answered = record is not None and not record.abstained
-            rows["last_result_correct"].append(float(bool(hidden["correct"][last])) if answered else np.nan)
+            rows["last_result_correct"].append(float(bool(hidden["correct"][last])) if just_answered else np.nan)
             if rng.random() < random_share:
                 action = int(rng.choice(np.flatnonzero(obs["action_mask"])))
             else:

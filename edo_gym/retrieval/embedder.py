@@ -131,5 +131,6 @@ class Embedder:
         """Token count of each text under the model's own tokenizer (special tokens excluded)."""
         if not texts:
             return []
-        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        # verbose=False: counting a text longer than the model's window is what we want here, not a warning
+        encoded = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]

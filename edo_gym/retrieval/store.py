@@ -121,6 +121,8 @@ class ShardRetriever:
             self.size = 0
         self.memo = LRUCache(cache_size)
         self.searches = 0
+        #: Corpus vectors for exact re-ranking of the index's candidates (``None``: take the index's order).
+        self.vectors: np.ndarray | None = None
         #: ``(service, worker index)`` when a ``RetrievalService`` built this retriever (lets it pickle).
         self.origin: tuple[RetrievalService, int] | None = None
 
@@ -142,8 +144,15 @@ class ShardRetriever:
         if self.collection is None:
             assert self.factory is not None
             self.collection = self.factory()
-        result = self.collection.query(query_embeddings=vector[None, :], n_results=min(k, self.size), include=[])
-        ids = tuple(int(i) for i in result["ids"][0])
+        result = self.collection.query(query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[])
+        candidates = np.asarray([int(i) for i in result["ids"][0]], dtype=np.int64)
+        if self.vectors is not None and len(candidates):
+            # exact cosine re-ranking of the candidates, ties broken by corpus index: the same top k in every process,
+            # whichever index (HNSW graph or exact numpy search) produced the candidates
+            scores = self.vectors[candidates] @ np.asarray(vector, dtype=np.float32)
+            order = np.lexsort((candidates, -np.round(scores, 6)))
+            candidates = candidates[order]
+        ids = tuple(int(i) for i in candidates[:k])
         self.searches += 1
         self.memo.put(key, ids)
         return ids
@@ -203,7 +212,11 @@ def _build_lock(chroma_dir: str | None) -> Any:
     return FileLock(os.path.join(chroma_dir, ".edo-build.lock"), timeout=600)
 
 
-_HNSW = {"hnsw": {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32}}
+# One build thread: a multi-threaded HNSW build need not give the same graph twice, and so not the same neighbours
+# in two processes. Results are re-ranked exactly anyway (see ``ShardRetriever.search``).
+_HNSW = {"hnsw": {"space": "cosine", "ef_construction": 200, "ef_search": 200, "max_neighbors": 32, "num_threads": 1}}
+#: Extra candidates fetched from the index and re-ranked exactly, so the top k do not depend on the index graph.
+RERANK_MARGIN = 8
 
 
 def build_collection(client: Any, name: str, vectors: np.ndarray, indices: Sequence[int], persistent: bool) -> Any:
@@ -320,6 +333,7 @@ class RetrievalService:
                 )
                 retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
             retriever.origin = (self, w)
+            retriever.vectors = self.doc_vectors
             built[key] = retriever
             self.retrievers.append(retriever)
 
