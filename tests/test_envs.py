@@ -33,7 +33,7 @@ ENV_IDS = list(VARIANTS)
 GYM_CHECK_ENV_ALLOWED: tuple[str, ...] = ()
 
 #: SB3's ``check_env`` warns once per Box observation that is neither 1-D nor image-shaped. EDO's ``subtasks``
-#: ``(S, 21)``, ``workers`` ``(W, 17)`` and ``history`` ``(H, A)`` are 2-D tables by design (one row per plan
+#: ``(S, 25)``, ``workers`` ``(W, 18)`` and ``history`` ``(H, A)`` are 2-D tables by design (one row per plan
 #: step / worker / past action, documented in ``edo_gym/envs/observation.py``); SB3's ``MultiInputPolicy``
 #: (``CombinedExtractor``) flattens them, so the warning is advisory. Allowed per key, so that a *new* 2-D key
 #: (or any other SB3 warning, e.g. about the action space or the reset) still fails.
@@ -305,12 +305,18 @@ def test_reward_terms_sum_to_reward(make_env, env_id):
     steps = 0
     for episode in range(9):
         policy = policies[episode % 3]
-        obs, _ = env.reset(seed=100 + episode)
+        obs, info = env.reset(seed=100 + episode)
         if policy is not None:
-            policy.reset(base)
+            policy.reset(obs, info)
         done = False
         while not done:
-            action = _explore(obs, env, rng) if policy is None else policy.act(base, obs)
+            if policy is None:
+                action = _explore(obs, env, rng)
+            elif policy.uses_hidden_state:
+                action = policy.act_hidden(obs, info, base.hidden_state())
+            else:
+                base.charge(*policy.decision_cost)  # the router pays for its decisions, through the public call
+                action = policy.act(obs, info)
             obs, reward, terminated, truncated, info = env.step(action)
             assert not info["illegal_action"]
             terms = info["reward_terms"]
@@ -384,7 +390,8 @@ def test_mask_admits_only_legal_actions(make_env, env_id):
             assert info["illegal_action"] is False, (seed, prefix, int(action))
             assert info["event"] == base.decode_action(int(action))[0]
             tested.add(int(action))
-    assert {base.A_SUBMIT, base.A_VERIFY, base.A_ROLLBACK, base.A_REPLAN} <= tested
+    assert {base.A_SUBMIT, base.A_ROLLBACK, base.A_REPLAN} <= tested
+    assert tested & set(range(base.A_VERIFY, base.A_ROLLBACK))  # some verify(w)
     assert tested & set(range(base.n_dispatch))
 
 
@@ -395,9 +402,10 @@ def _documented_mask(base: EDOEnv) -> np.ndarray:
         for a in range(base.n_dispatch):
             _, w, retrieve = base.decode_action(a)
             mask[a] = not retrieve or base.workers[w].retriever.size > 0
-    if base.done_stack:  # a last result exists: it can be rolled back, and verified once
+    if base.done_stack:  # a last result exists: it can be rolled back, and verified once by each worker
         mask[base.A_ROLLBACK] = True
-        mask[base.A_VERIFY] = base.config.enable_verify and base.verified[base.done_stack[-1]] == 0
+        for w in range(len(base.workers)):
+            mask[base.A_VERIFY + w] = base.config.enable_verify and w not in base.verified_by[base.done_stack[-1]]
     mask[base.A_REPLAN] = base.config.enable_replan and base.replans < base.config.max_replans
     mask[base.A_SUBMIT] = True
     return mask
@@ -415,7 +423,7 @@ def test_mask_follows_the_documented_rules(make_env, env_id):
             seen += obs["action_mask"] == 0
             if action is not None:
                 obs = env.step(action)[0]
-    assert seen[base.A_VERIFY] and seen[base.A_ROLLBACK] and seen[: base.n_dispatch].any()
+    assert seen[base.A_VERIFY : base.A_ROLLBACK].any() and seen[base.A_ROLLBACK] and seen[: base.n_dispatch].any()
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -428,22 +436,28 @@ def test_masked_actions_are_illegal_and_change_nothing(make_env, env_id):
         obs = _replay(env, seed, prefix)
         for action in np.flatnonzero(obs["action_mask"] == 0):
             before = _replay(env, seed, prefix)
-            plan, results, verified = base.plan, list(base.results), list(base.verified)
+            plan, results, verdicts = base.plan, list(base.results), [list(v) for v in base.verdicts]
             hidden, rng_state = repr(base.hidden_state()), base.np_random.bit_generator.state
-            ledger = (base.tokens, base.calls, base.latency_s, base.replans)
+            # the planner's call at reset is charged on the first step, illegal or not
+            pending = base._pending  # noqa: SLF001 - the test checks the ledger exactly
+            ledger = (base.tokens + pending.tokens, base.calls + pending.calls, base.latency_s + pending.latency_s, base.replans)
             after, reward, terminated, truncated, info = env.step(int(action))
             assert info["illegal_action"] is True, (seed, prefix, int(action))
             assert not terminated and not truncated
-            assert reward == pytest.approx(-penalty) and info["reward_terms"]["illegal"] == pytest.approx(-penalty)
+            costs = sum(info["reward_terms"][k] for k in ("tokens", "calls", "latency"))
+            assert info["reward_terms"]["illegal"] == pytest.approx(-penalty) and info["reward_terms"]["success"] == 0
+            assert reward == pytest.approx(-penalty + costs)
+            assert costs == 0 or not prefix
             for key in ("task", "plan", "subtasks", "workers", "action_mask"):
                 np.testing.assert_array_equal(after[key], before[key], err_msg=key)
-            np.testing.assert_array_equal(after["budget"][:3], before["budget"][:3])  # tokens, calls, latency
+            if prefix:
+                np.testing.assert_array_equal(after["budget"][:3], before["budget"][:3])  # tokens, calls, latency
             assert after["budget"][3] > before["budget"][3]  # the step counter moved
-            assert base.plan is plan and base.results == results and base.verified == verified
-            assert (base.tokens, base.calls, base.latency_s, base.replans) == ledger
+            assert base.plan is plan and base.results == results and base.verdicts == verdicts
+            assert (base.tokens, base.calls, base.latency_s, base.replans) == pytest.approx(ledger)
             assert repr(base.hidden_state()) == hidden and base.np_random.bit_generator.state == rng_state
             tested.add(int(action))
-    assert {base.A_VERIFY, base.A_ROLLBACK} <= tested
+    assert base.A_ROLLBACK in tested and tested & set(range(base.A_VERIFY, base.A_ROLLBACK))
     assert tested & set(range(base.n_dispatch))  # states with every step done were reached
 
 
