@@ -172,9 +172,11 @@ def format_table(results: Sequence[EvalResult]) -> str:
     for r in results:
         lo, hi = r.success_ci95
         rlo, rhi = r.return_ci95
-        name = f"{r.policy} (hidden state)" if r.uses_hidden_state else r.policy
         lines.append(
-            f"| {name} | {r.success_rate:.3f} ({lo:.2f}-{hi:.2f}) | {r.mean_return:+.3f} ({rlo:+.2f} to {rhi:+.2f}) "
+            f"| {r.policy} | {r.success_rate:.3f} ({lo:.2f}-{hi:.2f}) | {r.mean_return:+.3f} ({rlo:+.2f} to {rhi:+.2f}) "
             f"| {r.tokens:.0f} | {r.calls:.1f} | {r.latency_s:.1f} |"
         )
+    hidden = [r.policy for r in results if r.uses_hidden_state]
+    if hidden:
+        lines.append(f"\n{', '.join(hidden)}: reads hidden state (an upper bound, not a deployable policy); the others see only the observation.")
     return "\n".join(lines)

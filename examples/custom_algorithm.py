@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> None:
             finished = []
     envs.close()
 
-    # Held-out evaluation: any function (unwrapped env, obs) -> action plugs into baselines.evaluation
-    def act(base, single_obs) -> int:
+    # Held-out evaluation: any function (obs, info) -> action plugs into baselines.evaluation
+    def act(single_obs, info) -> int:
         with th.no_grad():
             mask = th.as_tensor(single_obs["action_mask"] > 0)[None]
             return int(policy.distribution(flatten(single_obs, batched=False)[None], mask).probs.argmax())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 
 from edo_gym.config import DOMAINS, SUBTASK_TYPES
 
@@ -59,6 +60,7 @@ class PlanError(ValueError):
     """A planner reply that does not follow :data:`PLAN_FORMAT`."""
 
 
+@lru_cache(maxsize=50_000)
 def parse_plan(text: str, max_steps: int) -> tuple[PlanStep, ...]:
     """Validate a planner reply against the plan schema.
 

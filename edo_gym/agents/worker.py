@@ -133,9 +133,13 @@ class CallRecord:
     #: Why retrieval was requested but not used (the retriever failed); ``""`` otherwise.
     retrieval_error: str = ""
 
-    @property
-    def abstained(self) -> bool:
-        return normalize(self.text) in (_ABSTAIN, "") and not self.failed
+    #: The worker said it does not know (or answered nothing): set in ``__post_init__``.
+    abstained: bool = False
+    #: The answer names a known entity or a number (set by the env; how the answer is written, not whether it is right).
+    linked: bool = False
+
+    def __post_init__(self) -> None:
+        self.abstained = not self.failed and normalize(self.text) in (_ABSTAIN, "")
 
     @property
     def retrieval_fallback(self) -> bool:

@@ -52,7 +52,7 @@ from edo_gym.agents.protocol import LLMBackend
 from edo_gym.agents.simulator import SimulatedBackend
 from edo_gym.agents.worker import AgentCaller, CallCost, CallRecord, VerifyRecord, Worker, plan_request
 from edo_gym.config import EDOConfig, TaskConfig, WorldConfig
-from edo_gym.envs import observation as obs_lib
+from edo_gym.envs import observation as O
 from edo_gym.envs.render import render_trace
 from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.store import RetrievalService
@@ -135,11 +135,11 @@ class EDOEnv(gym.Env):
         self.A_ROLLBACK, self.A_REPLAN, self.A_SUBMIT = range(self.n_dispatch + W, self.n_dispatch + W + 3)
         self.n_actions = self.n_dispatch + W + 3
         self.action_space = gym.spaces.Discrete(self.n_actions)
-        self.observation_space = obs_lib.observation_space(cfg, self.n_actions)
+        self.observation_space = O.observation_space(cfg, self.n_actions)
         self.action_names = self._action_names()
         self.step_limit = cfg.step_limit
         self.token_budget = cfg.episode_token_budget
-        self._worker_static = obs_lib.worker_static_features(cfg, [len(s) for s in shard_indices], len(self.doc_texts))
+        self._worker_static = O.worker_static_features(cfg, [len(s) for s in shard_indices], len(self.doc_texts))
         self._started = False
         self._ended = False
         self._pending = CallCost()  # charged on the next step: the planner at reset, an outside policy's decisions
@@ -148,10 +148,10 @@ class EDOEnv(gym.Env):
     # -- set-up helpers -----------------------------------------------------------------------------------------
     def _make_task_features(self, vectors: np.ndarray) -> np.ndarray:
         E = self.config.retrieval.task_embedding_dim
-        proj = obs_lib.project_task_embeddings(vectors, E)
-        fam = np.zeros((len(self.pool.tasks), len(obs_lib.FAMILY_INDEX)), dtype=np.float32)
+        proj = O.project_task_embeddings(vectors, E)
+        fam = np.zeros((len(self.pool.tasks), len(O.FAMILY_INDEX)), dtype=np.float32)
         for i, t in enumerate(self.pool.tasks):
-            fam[i, obs_lib.FAMILY_INDEX[t.family]] = 1.0
+            fam[i, O.FAMILY_INDEX[t.family]] = 1.0
         return np.concatenate([proj, fam], axis=1)
 
     def _action_names(self) -> list[str]:
@@ -276,6 +276,23 @@ class EDOEnv(gym.Env):
         self.done_stack: list[int] = []
         self._truth: list[StepTruth] | None = None
         self._plan_sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in plan.steps)
+        # the parts of the observation that only change with the plan
+        self._deps = [s.deps for s in plan.steps]
+        sub = np.zeros((self.config.max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
+        for i, step in enumerate(plan.steps):
+            sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
+            sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
+            sub[i, O.C_PRESENT] = 1.0
+            sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
+        self._sub_static = sub
+        head = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
+        head[O.P_LEN] = n / self.config.max_subtasks
+        if plan.confidence is not None:
+            head[O.P_CONF] = plan.confidence
+            head[O.P_CONF_GIVEN] = 1.0
+        head[O.P_FALLBACK] = float(plan.source == "fallback")
+        head[O.P_REPAIRED] = float(plan.source == "repaired")
+        self._plan_static = head
 
     @property
     def current_step(self) -> int:
@@ -473,6 +490,7 @@ class EDOEnv(gym.Env):
         if record.failed:  # charged, but the step stays undone
             self.failed_calls += 1
         else:
+            record.linked = self._answer_linked(record.text)
             self.results[i] = record
             self.verdicts[i] = []
             self.verified_by[i] = set()
@@ -537,61 +555,53 @@ class EDOEnv(gym.Env):
 
     def _observation(self) -> dict[str, np.ndarray]:
         cfg = self.config
-        S = cfg.max_subtasks
         mask = self._mask()
         n = len(self.plan.steps)
         cur = self.current_step
-        sub = np.zeros((S, obs_lib.SUBTASK_FEATURES), dtype=np.float32)
-        for i, step in enumerate(self.plan.steps):
+        sub = self._sub_static.copy()
+        results, verdicts, attempts = self.results, self.verdicts, self.attempts
+        for i in range(n):
             row = sub[i]
-            row[obs_lib.C_TYPE + obs_lib.TYPE_INDEX[step.label]] = 1.0
-            row[obs_lib.C_DOMAIN + obs_lib.DOMAIN_INDEX[step.domain_label]] = 1.0
-            row[obs_lib.C_PRESENT] = 1.0
-            r = self.results[i]
+            r = results[i]
             if r is not None:
-                row[obs_lib.C_DONE] = 1.0
+                row[O.C_DONE] = 1.0
                 if r.confidence is not None:
-                    row[obs_lib.C_CONF] = r.confidence
-                    row[obs_lib.C_CONF_GIVEN] = 1.0
-                row[obs_lib.C_RETR] = float(r.used_retrieval)
-                row[obs_lib.C_ABSTAIN] = float(r.abstained)
-                row[obs_lib.C_LINKED] = float(self._answer_linked(r.text))
-            verdicts = self.verdicts[i]
-            if verdicts:
-                row[obs_lib.C_OK - 1 + _VERDICT_CODE[verdicts[-1]]] = 1.0
-                row[obs_lib.C_NVERIFY] = min(1.0, len(verdicts) / 4.0)
-            if i == cur:
-                row[obs_lib.C_CURRENT] = 1.0
-            if all(self.results[d] is not None for d in step.deps):
-                row[obs_lib.C_DEPS] = 1.0
-            if any(d > i for d in step.deps):
-                row[obs_lib.C_LATER] = 1.0
-            row[obs_lib.C_ATTEMPTS] = min(1.0, self.attempts[i] / 4.0)
-        plan = np.zeros(obs_lib.PLAN_FEATURES, dtype=np.float32)
-        plan[obs_lib.P_LEN] = n / S
-        if self.plan.confidence is not None:
-            plan[obs_lib.P_CONF] = self.plan.confidence
-            plan[obs_lib.P_CONF_GIVEN] = 1.0
-        plan[obs_lib.P_CURRENT] = (cur if cur >= 0 else n) / S
-        plan[obs_lib.P_ALL_DONE] = float(cur < 0)
-        plan[obs_lib.P_REPLANS] = self.replans / max(1, cfg.max_replans)
-        plan[obs_lib.P_FALLBACK] = float(self.plan.source == "fallback")
-        plan[obs_lib.P_REPAIRED] = float(self.plan.source == "repaired")
+                    row[O.C_CONF] = r.confidence
+                    row[O.C_CONF_GIVEN] = 1.0
+                row[O.C_RETR] = r.used_retrieval
+                row[O.C_ABSTAIN] = r.abstained
+                row[O.C_LINKED] = r.linked
+            v = verdicts[i]
+            if v:
+                row[O.C_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
+                row[O.C_NVERIFY] = min(1.0, len(v) / 4.0)
+            if attempts[i]:
+                row[O.C_ATTEMPTS] = min(1.0, attempts[i] / 4.0)
+            deps = self._deps[i]
+            if not deps or all(results[d] is not None for d in deps):
+                row[O.C_DEPS] = 1.0
+        if cur >= 0:
+            sub[cur, O.C_CURRENT] = 1.0
+        plan = self._plan_static.copy()
+        plan[O.P_CURRENT] = (cur if cur >= 0 else n) / cfg.max_subtasks
+        plan[O.P_ALL_DONE] = float(cur < 0)
+        plan[O.P_REPLANS] = self.replans / max(1, cfg.max_replans)
         if self.done_stack:
             last = self.done_stack[-1]
-            rec = self.results[last]
+            rec = results[last]
             if rec is not None and rec.confidence is not None:
-                plan[obs_lib.P_LAST_CONF] = rec.confidence
-                plan[obs_lib.P_LAST_CONF_GIVEN] = 1.0
-            if self.verdicts[last]:
-                plan[obs_lib.P_LAST_OK - 1 + _VERDICT_CODE[self.verdicts[last][-1]]] = 1.0
+                plan[O.P_LAST_CONF] = rec.confidence
+                plan[O.P_LAST_CONF_GIVEN] = 1.0
+            if verdicts[last]:
+                plan[O.P_LAST_OK - 1 + _VERDICT_CODE[verdicts[last][-1]]] = 1.0
         lim = float(self.step_limit)
         workers = self._worker_static.copy()
-        workers[:, obs_lib.W_CALLS] = np.minimum(1.0, self.worker_calls / lim)
-        workers[:, obs_lib.W_ABSTAINED] = np.minimum(1.0, self.worker_abstained / lim)
-        workers[:, obs_lib.W_FLAGGED] = np.minimum(1.0, self.worker_flagged / lim)
-        workers[:, obs_lib.W_CONFIRMED] = np.minimum(1.0, self.worker_confirmed / lim)
-        workers[:, obs_lib.W_VERIFIED] = np.minimum(1.0, self.worker_verifications / lim)
+        workers[:, O.W_CALLS] = self.worker_calls
+        workers[:, O.W_ABSTAINED] = self.worker_abstained
+        workers[:, O.W_FLAGGED] = self.worker_flagged
+        workers[:, O.W_CONFIRMED] = self.worker_confirmed
+        workers[:, O.W_VERIFIED] = self.worker_verifications
+        workers[:, O.W_CALLS : O.W_VERIFIED + 1] = np.minimum(1.0, workers[:, O.W_CALLS : O.W_VERIFIED + 1] / lim)
         budget = np.array(
             [
                 min(1.0, self.tokens / self.token_budget),
@@ -680,7 +690,7 @@ class EDOEnv(gym.Env):
             "worker_skills": {
                 w.name: {
                     "types": dict(w.skills),
-                    "lookup_by_domain": {d: w.lookup_skill(d) for d in obs_lib.DOMAIN_INDEX},
+                    "lookup_by_domain": {d: w.lookup_skill(d) for d in O.DOMAIN_INDEX},
                     "memory_coverage": w.memory_coverage,
                     "memory_accuracy": w.memory_accuracy,
                 }

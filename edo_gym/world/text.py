@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from functools import lru_cache
 from collections import Counter
 from collections.abc import Iterable
 
@@ -35,6 +36,7 @@ _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?")
 DRIFTS: tuple[str, ...] = ("upper", "prefix", "trailing_period", "sentence", "reordered", "hedged", "abbreviated")
 
 
+@lru_cache(maxsize=200_000)
 def normalize(text: str) -> str:
     """Canonical form for grading and parsing: wrappers, hedges, punctuation and articles removed, lower case."""
     text = text.strip()
@@ -87,6 +89,7 @@ def first_number(text: str) -> int | None:
         return None
 
 
+@lru_cache(maxsize=200_000)
 def similarity(a: str, b: str) -> float:
     """Character similarity of two normalised strings in [0, 1] (``difflib`` ratio)."""
     if a == b:
