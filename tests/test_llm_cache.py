@@ -181,6 +181,16 @@ def test_the_first_answer_stored_wins_and_is_returned_to_the_loser(tmp_path):
     assert cache.get("k").latency_s == 1.0
 
 
+def test_after_close_the_file_alone_holds_the_recording(tmp_path):
+    recorder = CachedBackend(CountingBackend(), tmp_path / "rec" / "c.sqlite", "record")
+    answer = recorder.complete(_request())
+    recorder.close()
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "c.sqlite").write_bytes((tmp_path / "rec" / "c.sqlite").read_bytes())  # e.g. committed for CI
+    replayer = CachedBackend(CountingBackend(), tmp_path / "copy" / "c.sqlite", "replay")
+    assert replayer.complete(_request()).text == answer.text
+
+
 def test_cache_and_backend_pickle_without_their_connection(tmp_path):
     cached = CachedBackend(CountingBackend(), tmp_path / "c.sqlite", "record")
     first = cached.complete(_request())

@@ -4,6 +4,7 @@ with the server stopped gives the same answers, and asks nothing of the (dead) s
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import queue
 import signal
@@ -134,3 +135,35 @@ def test_local_server_reports_load_time_and_memory_and_stops():
     assert server.pid is None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def _record_against(base_url: str, path: str, worker: int, out) -> None:
+    try:
+        backend = CachedBackend(OpenAIBackend(base_url, SMOLLM2_NAME, timeout_s=120), path, "record")
+        shared = _requests()[1]  # every process asks this one
+        own = replace(shared, seed=100 + worker)
+        out.put((worker, [backend.complete(r).text for r in (shared, own)], None))
+    except BaseException as exc:
+        out.put((worker, [], repr(exc)))
+
+
+@pytest.mark.slow
+@needs_model
+def test_several_processes_recording_from_one_server_into_one_cache(tmp_path):
+    path, n = str(tmp_path / "shared.sqlite"), 3
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    with LocalLLMServer(parallel=2) as base_url:
+        procs = [ctx.Process(target=_record_against, args=(base_url, path, w, out)) for w in range(n)]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=300) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+    assert [err for _, _, err in results if err] == []
+    replayer = CachedBackend(OpenAIBackend(base_url, SMOLLM2_NAME), path, "replay")
+    assert len(replayer.cache) == 1 + n
+    shared_answer = replayer.complete(_requests()[1]).text
+    for worker, (shared, own), _ in results:
+        assert shared == shared_answer  # one answer for one request, whoever asked first
+        assert own == replayer.complete(replace(_requests()[1], seed=100 + worker)).text

@@ -286,6 +286,12 @@ class CachedBackend:
     def __repr__(self) -> str:
         return f"CachedBackend({self.inner!r}, {self.cache!r}, mode={self.mode!r})"
 
+    def close(self) -> None:
+        """Close this process's connection to the cache file (SQLite then folds its write-ahead log into the file,
+        so the ``.sqlite`` file alone holds the recording)."""
+        if self.cache is not None:
+            self.cache.close()
+
     @property
     def counts(self) -> CallCounts:
         """Calls answered by ``inner`` (``real``), from the cache (``cached``) and that raised (``failed``)."""
