@@ -301,6 +301,7 @@ def test_the_key_never_appears_in_errors_logs_output_pickles_or_repr(fault_serve
     with pytest.raises(LLMBackendError) as info:
         backend.complete(REQUEST)
     assert server.requests[-1]["auth"] == f"Bearer {secret_key}"  # it was sent, and echoed back
+    assert info.value.__cause__ is None and info.value.__context__ is None  # the openai error is not attached
     rendered = "".join(traceback.format_exception(info.value))
     assert "invalid key ***" in rendered
     assert any(r.name.startswith(("openai", "httpx", "httpcore")) for r in caplog.records)  # the clients' logs were seen

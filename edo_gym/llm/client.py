@@ -233,6 +233,7 @@ class OpenAIBackend:
         if self.logprobs:
             params["logprobs"] = True
         openai = self._openai
+        fatal: LLMBackendError | None = None
         with self._slots:
             start = time.perf_counter()
             last_kind, last_detail = "", ""
@@ -258,8 +259,8 @@ class OpenAIBackend:
                     if status == 429 or status >= 500 or status == 408:
                         last_kind, last_detail = f"HTTP {status}", self._server_message(exc)
                         continue
-                    self._counter.add("failed")
-                    raise self._fatal(request, model, status, self._server_message(exc)) from None
+                    fatal = self._fatal(request, model, status, self._server_message(exc))
+                    break
                 except (openai.APIResponseValidationError, _Garbage) as exc:
                     last_kind, last_detail = "garbage reply", str(exc)[:200]
                 except _Empty as exc:
@@ -274,7 +275,8 @@ class OpenAIBackend:
                         confidence=confidence,
                     )
         self._counter.add("failed")
-        raise self._exhausted(request, model, last_kind, last_detail) from None
+        # Raised outside the except blocks: the openai exception (whose text may echo the key) is not attached.
+        raise fatal or self._exhausted(request, model, last_kind, last_detail)
 
     # -- helpers ------------------------------------------------------------------------------------------------
 
@@ -320,7 +322,10 @@ class OpenAIBackend:
         elif status == 404:
             hint = f"not found: check that base_url is the API root (usually ending in /v1) and that {self.endpoint}/models lists {model!r}"
         else:
-            hint = "the server rejected the request: check the model name and the sampling parameters it accepts"
+            hint = (
+                "the server rejected the request: check the model name and the parameters it accepts "
+                "(seed, temperature, max_tokens; logprobs: pass logprobs=False if it has none)"
+            )
         message = f"{self._who(request, model)}: HTTP {status}: {hint}" + (f" (server said: {detail})" if detail else "")
         return LLMBackendError(self._redact(message), agent=request.agent, role=request.role, endpoint=self.endpoint)
 
