@@ -254,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=_non_negative_int, default=0)
     ev.add_argument("--no-heuristics", action="store_true", help="evaluate only the model")
     ev.set_defaults(func=cmd_evaluate)
+
+    from edo_gym.llm.server import add_serve_llm_parser  # stdlib only; xllamacpp is imported when serving
+
+    add_serve_llm_parser(sub)
     return parser
 
 
