@@ -81,27 +81,31 @@ def mean_ci(values: Sequence[float], z: float = 1.96) -> tuple[float, float]:
 def run_episodes(
     env: gym.Env, act: ActFn, task_ids: Sequence[int], seed: int = 0, name: str = "policy",
     reset_hook: Callable[[dict[str, np.ndarray], dict[str, Any]], None] | None = None, progress: bool = False,
-    decision_cost: tuple[int, int, float] = (0, 0, 0.0), uses_hidden_state: bool = False,
+    decision_cost: tuple[int, int, float] | Callable[[], tuple[int, int, float]] = (0, 0, 0.0),
+    uses_hidden_state: bool = False,
 ) -> EvalResult:  # fmt: skip
     """Run one episode per task id (seed ``seed + k`` for the k-th) and average the outcomes.
 
     ``act(obs, info)`` and ``reset_hook(obs, info)`` see only what the env returns. ``decision_cost``
-    (``tokens, calls, latency_s``) is charged before every step with the env's public ``charge`` (a policy that is
-    itself an LLM pays for its decisions). ``uses_hidden_state`` only labels the result.
+    (``tokens, calls, latency_s``, or a function giving it, read after each ``act``) is charged on every step with the
+    env's public ``charge`` (a policy that is itself an LLM pays for its decisions). ``uses_hidden_state`` only labels
+    the result.
     """
     base: EDOEnv = env.unwrapped  # type: ignore[assignment]
     successes, returns, tokens, calls, latency, budget_hits = [], [], [], [], [], []
     by_family: dict[str, list[float]] = {}
-    charge = any(decision_cost)
+    cost_of = decision_cost if callable(decision_cost) else (lambda: decision_cost)
     for k, task_id in enumerate(tqdm(task_ids, desc=f"eval {name}", disable=not progress, leave=False)):
         obs, info = env.reset(seed=seed + k, options={"task_id": int(task_id)})
         if reset_hook is not None:
             reset_hook(obs, info)
         total = 0.0
         while True:
-            if charge:
-                base.charge(*decision_cost)
-            obs, reward, terminated, truncated, info = env.step(act(obs, info))
+            action = act(obs, info)
+            cost = cost_of()
+            if any(cost):
+                base.charge(*cost)
+            obs, reward, terminated, truncated, info = env.step(action)
             total += float(reward)
             if terminated or truncated:
                 break
@@ -144,7 +148,7 @@ def evaluate_heuristic(
         act = policy.act
     return run_episodes(
         env, act, task_ids, seed, policy.name, reset_hook=policy.reset, progress=progress,
-        decision_cost=policy.decision_cost, uses_hidden_state=policy.uses_hidden_state,
+        decision_cost=lambda: policy.decision_cost, uses_hidden_state=policy.uses_hidden_state,
     )  # fmt: skip
 
 
@@ -178,5 +182,7 @@ def format_table(results: Sequence[EvalResult]) -> str:
         )
     hidden = [r.policy for r in results if r.uses_hidden_state]
     if hidden:
-        lines.append(f"\n{', '.join(hidden)}: reads hidden state (an upper bound, not a deployable policy); the others see only the observation.")
+        lines.append(
+            f"\n{', '.join(hidden)}: reads hidden state (an upper bound, not a deployable policy); the others see only the observation."
+        )
     return "\n".join(lines)

@@ -67,7 +67,9 @@ class ObsView:
         self.rollback, self.replan, self.submit = self.n_actions - 3, self.n_actions - 2, self.n_actions - 1
         self.price = workers[:, O.W_PRICE] * 4.0
         self.size = np.argmax(workers[:, O.W_SIZE : O.W_SIZE + len(MODEL_SIZES)], axis=1)
-        self.shards = [{DOMAINS[d] for d in np.flatnonzero(workers[w, O.W_SHARD : O.W_SHARD + len(DOMAINS)])} for w in range(W)]
+        self.shards = [
+            {DOMAINS[d] for d in np.flatnonzero(workers[w, O.W_SHARD : O.W_SHARD + len(DOMAINS)])} for w in range(W)
+        ]
         self.top_k = workers[:, O.W_TOPK] * 10.0
         self.flagged = workers[:, O.W_FLAGGED]
         plan = obs["plan"]
@@ -350,9 +352,9 @@ class OraclePolicy(HeuristicPolicy):
         if last is not None:
             correct = hidden["correct"]
             upstream_right = all(c is not False for c in correct[: last.index])
-            if correct[last.index] is False and upstream_right and self.tries.get(last.index, 0) < self.max_tries:
-                if v.legal(v.rollback):
-                    return v.rollback
+            retry = correct[last.index] is False and upstream_right and self.tries.get(last.index, 0) < self.max_tries
+            if retry and v.legal(v.rollback):
+                return v.rollback
         step = v.current
         if step is None:
             return v.submit

@@ -78,9 +78,9 @@ class ReplanOnSuspicion(HeuristicPolicy):
 
     def act(self, obs: Obs, info: dict[str, Any]) -> int:
         v = ObsView(obs)
-        if not v.any_done and v.legal(v.replan):
-            if v.fallback or any(s.reads_later for s in v.steps) or (v.plan_confidence or 0.0) < self.threshold:
-                return v.replan
+        suspicious = v.fallback or any(s.reads_later for s in v.steps) or (v.plan_confidence or 0.0) < self.threshold
+        if not v.any_done and v.legal(v.replan) and suspicious:
+            return v.replan
         return RouteByLabel().act(obs, info)
 
 
@@ -102,9 +102,9 @@ class ConfidenceGate(_Retrying):
     def act(self, obs: Obs, info: dict[str, Any]) -> int:
         v = ObsView(obs)
         last = _last_done(v)
-        if last is not None and last.confidence is not None and last.confidence < 0.5:
-            if len(self.tried.get(last.index, [])) < self.max_tries and v.legal(v.rollback):
-                return v.rollback
+        doubtful = last is not None and last.confidence is not None and last.confidence < 0.5
+        if doubtful and len(self.tried.get(last.index, [])) < self.max_tries and v.legal(v.rollback):
+            return v.rollback
         if v.current is None:
             return v.submit
         return self.dispatch_next(v)

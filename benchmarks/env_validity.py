@@ -183,9 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         "gap_best_observation_only": gap >= TARGETS["gap_best_observation_only_min"],
         "shuffled_drop": causal["oracle"] - causal["oracle_shuffled_retrieval"] >= TARGETS["shuffled_drop_min"],
         "follow_documents": follow >= TARGETS["follow_documents_min"],
-        "leak_auc": all(leak[k]["auc"] < TARGETS["leak_auc_max"] for k in ("last_result_correct", "plan_faithful", "label_wrong")),
+        "leak_auc": all(
+            leak[k]["auc"] < TARGETS["leak_auc_max"] for k in ("last_result_correct", "plan_faithful", "label_wrong")
+        ),
         "planner_confidence_auc": planner["auc"] < TARGETS["planner_confidence_auc_max"],
-        "oracle_return_by_hops_and_id": all(r["oracle"] >= TARGETS["oracle_return_min"] for r in [*by_hops.values(), *by_id.values()]),
+        "oracle_return_by_hops_and_id": all(
+            r["oracle"] >= TARGETS["oracle_return_min"] for r in [*by_hops.values(), *by_id.values()]
+        ),
         "submit_below_static": all(r["submit_at_once"] < r["static_pipeline"] for r in [*by_hops.values(), *by_id.values()]),
     }
     budget_random = policies["random"]["budget_hit_rate"]

@@ -4,10 +4,12 @@ the held-out evaluation table) and ``edo evaluate PATH`` (a saved model next to 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -81,25 +83,80 @@ def _batch_size(text: str) -> int | None:
     return _count(text)
 
 
+def _llm_backend(args: argparse.Namespace, stack: contextlib.ExitStack) -> Any:
+    """The LLM backend the flags ask for (``None``: the simulated default), started and cached as asked."""
+    if args.backend == "simulated":
+        if args.llm_cache is not None:
+            raise ValueError("--llm-cache needs --backend openai or --backend local (the simulator is free and seeded)")
+        return None
+    from edo_gym.llm import CachedBackend, OpenAIBackend
+
+    base_url, model = args.base_url, args.model
+    if args.backend == "local":
+        from edo_gym.llm.server import LocalLLMServer
+
+        server = LocalLLMServer(threads=args.llm_threads)
+        base_url = stack.enter_context(server)
+        model = model or server.model_name
+        print(f"  local model server at {base_url} (model {model}, loaded in {server.load_time_s:.1f} s)", flush=True)
+    elif not base_url:
+        raise ValueError("--backend openai needs --base-url URL (e.g. http://127.0.0.1:8080/v1 for a local server)")
+    backend: Any = OpenAIBackend(base_url, model or "default", api_key_env=args.api_key_env, timeout_s=args.llm_timeout)
+    if args.llm_cache is not None:
+        backend = CachedBackend(backend, args.llm_cache, mode=args.llm_cache_mode)
+        stack.callback(backend.close)
+    elif args.llm_cache_mode not in ("off", None):
+        raise ValueError(f"--llm-cache-mode {args.llm_cache_mode} needs --llm-cache DIR")
+    return backend
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from baselines.evaluation import evaluate_heuristic, format_table, heldout_task_ids, make_eval_env
     from baselines.heuristics import HEURISTICS, make_heuristic
 
     t0 = time.perf_counter()
-    print(f"Building the default world, corpus embeddings and chromadb collections for {args.env} ...", flush=True)
-    env = make_eval_env(args.env)
-    print(f"  ready in {time.perf_counter() - t0:.1f} s (embedding cache: warm runs skip the embedding)", flush=True)
-    task_ids = heldout_task_ids(env, args.episodes)
-    results = []
-    for name in HEURISTICS:
-        results.append(evaluate_heuristic(make_heuristic(name), env, task_ids, seed=args.seed, progress=True))
-    print(f"\nHeuristic policies on {args.env}, {len(task_ids)} held-out tasks (test split), seed {args.seed}:\n")
-    print(format_table(results))
-    print("\nSuccess by task family:")
-    for r in results:
-        fams = ", ".join(f"{f} {s:.2f}" for f, s in r.success_by_family.items())
-        print(f"  {r.policy:16s} {fams}")
-    env.close()
+    with contextlib.ExitStack() as stack:
+        try:
+            backend = _llm_backend(args, stack)
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"edo demo: error: {exc}", file=sys.stderr)
+            return 2
+        names = args.policies or list(HEURISTICS) + (["llm_router"] if backend is not None else [])
+        unknown = sorted(set(names) - set(HEURISTICS) - {"llm_router"})
+        if unknown:
+            print(
+                f"edo demo: error: unknown policies {unknown}; choose from {sorted(HEURISTICS) + ['llm_router']}",
+                file=sys.stderr,
+            )
+            return 2
+        print(f"Building the default world, corpus embeddings and chromadb collections for {args.env} ...", flush=True)
+        kwargs: dict[str, Any] = {"info_text": "llm_router" in names}
+        if backend is not None:
+            kwargs["backend"] = backend
+        env = make_eval_env(args.env, **kwargs)
+        print(f"  ready in {time.perf_counter() - t0:.1f} s (embedding cache: warm runs skip the embedding)", flush=True)
+        task_ids = heldout_task_ids(env, args.episodes)
+        results = []
+        for name in names:
+            if name == "llm_router":
+                from baselines.llm_router import LLMRouter
+
+                if backend is None:
+                    print("edo demo: error: llm_router needs a language model: --backend openai or local", file=sys.stderr)
+                    return 2
+                policy: Any = LLMRouter(backend, env.unwrapped.action_names, seed=args.seed)
+            else:
+                policy = make_heuristic(name)
+            results.append(evaluate_heuristic(policy, env, task_ids, seed=args.seed, progress=True))
+        where = "simulated backend" if backend is None else f"{args.backend} backend"
+        print(f"\nHeuristic policies on {args.env}, {len(task_ids)} held-out tasks (test split), seed {args.seed}, {where}:\n")
+        print(format_table(results))
+        print("\nSuccess by task family:")
+        for r in results:
+            fams = ", ".join(f"{f} {s:.2f}" for f, s in r.success_by_family.items())
+            print(f"  {r.policy:16s} {fams}")
+        if backend is not None:
+            print(str(backend.counts))
     return 0
 
 
@@ -184,6 +241,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_backend_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("language models (planner, workers, verifiers; default: the seeded simulator)")
+    g.add_argument("--backend", choices=("simulated", "openai", "local"), default="simulated",
+                   help="simulated (default); openai: any OpenAI-compatible server at --base-url; local: start the bundled "
+                   "SmolLM2 with llama.cpp for this run")  # fmt: skip
+    g.add_argument("--base-url", default=None, help="API root of an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    g.add_argument("--model", default=None, help="model name to request (default: the server's own / 'default')")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key (never printed)")
+    g.add_argument("--llm-timeout", type=_positive_float, default=60.0, help="seconds per HTTP attempt (default: 60)")
+    g.add_argument("--llm-threads", type=_count, default=1, help="--backend local: server threads (default: 1)")
+    g.add_argument("--llm-cache", default=None, help="directory of the record/replay cache (sqlite)")
+    g.add_argument("--llm-cache-mode", choices=("off", "record", "replay", "read-through"), default="record",
+                   help="with --llm-cache: record (default; repeats answered from the cache), replay (offline; a miss is "
+                   "an error), read-through (read the cache, ask the server on a miss, write nothing), off")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edo", description="EDO-Gym: learned orchestration of multi-agent LLM systems")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -191,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
     demo.add_argument("--episodes", type=_positive_int, default=300, help="held-out tasks to evaluate (default: 300)")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--policies", nargs="+", default=None, help="policies to run (default: all heuristics, + llm_router with an LLM)"
+    )
+    _add_backend_args(demo)
     demo.set_defaults(func=cmd_demo)
 
     from baselines.training import ALGOS, VEC_ENV_KINDS, TrainConfig

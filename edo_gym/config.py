@@ -424,6 +424,9 @@ class EDOConfig:
     illegal_action: str = "penalize"
     #: Number of past actions in the observation.
     history_len: int = 4
+    #: Put ``info["text"]``: the state as an LLM orchestrator's prompt (task, plan as written, results, budget, legal
+    #: actions; no hidden state). Off by default: building it costs time on every step.
+    info_text: bool = False
     #: Retries of a worker/verifier backend call after a transient error or a timeout (0 = none).
     backend_retries: int = 2
     #: Simulated back-off before the first retry, seconds, doubling per retry; charged as latency, never slept.
@@ -467,6 +470,7 @@ class EDOConfig:
         _check_float(owner, "entity_link_threshold", self.entity_link_threshold, 0.0, 1.0, low_open=True)
         _check_choice(owner, "illegal_action", self.illegal_action, ILLEGAL_ACTION_MODES)
         _check_int(owner, "history_len", self.history_len, 0, 64)
+        _check_type(owner, "info_text", self.info_text, bool)
         _check_int(owner, "backend_retries", self.backend_retries, 0, 10)
         _check_float(owner, "backend_backoff_s", self.backend_backoff_s, 0.0, 600.0)
         _check_float(owner, "backend_timeout_s", self.backend_timeout_s, 0.0, 3600.0, low_open=True)

@@ -440,7 +440,12 @@ def test_masked_actions_are_illegal_and_change_nothing(make_env, env_id):
             hidden, rng_state = repr(base.hidden_state()), base.np_random.bit_generator.state
             # the planner's call at reset is charged on the first step, illegal or not
             pending = base._pending  # noqa: SLF001 - the test checks the ledger exactly
-            ledger = (base.tokens + pending.tokens, base.calls + pending.calls, base.latency_s + pending.latency_s, base.replans)
+            ledger = (
+                base.tokens + pending.tokens,
+                base.calls + pending.calls,
+                base.latency_s + pending.latency_s,
+                base.replans,
+            )
             after, reward, terminated, truncated, info = env.step(int(action))
             assert info["illegal_action"] is True, (seed, prefix, int(action))
             assert not terminated and not truncated

@@ -19,7 +19,7 @@ from edo_gym.config import EDOConfig, default_workers
 from edo_gym.envs.edo_env import EDOEnv
 from edo_gym.validation import collect, leak_aucs, roc_auc
 from edo_gym.world.language import question
-from edo_gym.world.text import EntityLinker, answers_match, drift, normalize, token_f1
+from edo_gym.world.text import EntityLinker, answers_match, drift, token_f1
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_observation_does_not_reveal_hidden_state(env):
     policy = make_heuristic("rule_based")
     aucs = leak_aucs(collect(env, policy.act, policy.reset, episodes=250, seed=11), seed=11)
     for target in ("last_result_correct", "plan_faithful", "label_wrong"):
-        assert 0.0 < aucs[target]["n"], target
+        assert aucs[target]["n"] > 0.0, target
         assert aucs[target]["auc"] < 0.8, (target, aucs)
 
 
@@ -148,7 +148,10 @@ def test_a_near_duplicate_document_can_mislead_a_careless_reader(base):
     ask = question(("mentor",), gold.subject)
     for skill, low, high in ((0.3, 20, 190), (1.0, 0, 60)):
         sim = _simulator(base, domain_skills={}, skills={"lookup": skill, "compute": 1.0, "write": 1.0}, memory_coverage=0.0)
-        answers = [sim.read(sim.specs["wiki_agent"], ask, (), (twin.text, gold.text), np.random.default_rng(s)).text for s in range(200)]
+        answers = [
+            sim.read(sim.specs["wiki_agent"], ask, (), (twin.text, gold.text), np.random.default_rng(s)).text
+            for s in range(200)
+        ]
         misled = sum(a == twin.value for a in answers)
         assert low <= misled <= high, (skill, misled)
         assert gold.value in answers

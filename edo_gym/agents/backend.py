@@ -72,7 +72,9 @@ def validate_response(response: Any) -> LLMResponse:
         if n is not None and (
             not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)) or not 0 <= n <= MAX_COMPLETION_TOKENS
         ):
-            raise InvalidGenerationError(f"LLMResponse.{name} must be None or an integer in [0, {MAX_COMPLETION_TOKENS}], got {n!r}")
+            raise InvalidGenerationError(
+                f"LLMResponse.{name} must be None or an integer in [0, {MAX_COMPLETION_TOKENS}], got {n!r}"
+            )
     if lat is not None and not _finite_in(lat, 0.0, math.inf):
         raise InvalidGenerationError(f"LLMResponse.latency_s must be None or a finite number >= 0, got {lat!r}")
     clean = (

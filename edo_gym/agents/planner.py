@@ -20,7 +20,7 @@ PLAN_FORMAT = (
     'JSON only: {"steps": [{"type": "lookup" | "compute" | "write", "domain": one of '
     + ", ".join(f'"{d}"' for d in DOMAINS)
     + ', "instruction": "...", "inputs": [ids of the earlier steps it uses]}]}. Steps are numbered from 1; '
-    'write {k} in an instruction where step k\'s answer goes.'
+    "write {k} in an instruction where step k's answer goes."
 )
 PLANNER_SYSTEM = (
     "You are the planner of a team of assistants. Decompose the task into the smallest sequence of steps, each a "
@@ -84,7 +84,12 @@ def parse_plan(text: str, max_steps: int) -> tuple[PlanStep, ...]:
     for k, item in enumerate(raw, start=1):
         if not isinstance(item, dict):
             raise PlanError(f"step {k} must be an object")
-        kind, domain, instruction, inputs = item.get("type"), item.get("domain"), item.get("instruction"), item.get("inputs", [])
+        kind, domain, instruction, inputs = (
+            item.get("type"),
+            item.get("domain"),
+            item.get("instruction"),
+            item.get("inputs", []),
+        )
         if kind not in SUBTASK_TYPES:
             raise PlanError(f"step {k}: type must be one of {list(SUBTASK_TYPES)}, got {kind!r}")
         if domain not in DOMAINS:

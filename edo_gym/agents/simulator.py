@@ -32,8 +32,15 @@ from edo_gym.agents.planner import PLAN_INSTRUCTION, plan_to_json
 from edo_gym.agents.protocol import LLMRequest, LLMResponse
 from edo_gym.config import DOMAINS, PLANNER_ERRORS, SUBTASK_TYPES, PlannerConfig, WorkerSpec
 from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, World
-from edo_gym.world.language import compute_instruction, parse_compute, parse_document, parse_question, parse_reply, question
-from edo_gym.world.language import reply_instruction
+from edo_gym.world.language import (
+    compute_instruction,
+    parse_compute,
+    parse_document,
+    parse_question,
+    parse_reply,
+    question,
+    reply_instruction,
+)
 from edo_gym.world.tasks import REPLY_TEMPLATE, Task, apply_op
 from edo_gym.world.text import ABSTAIN_TEXT, DRIFTS, answers_match, drift, first_number, normalize, similarity, token_f1
 
@@ -69,11 +76,17 @@ class SimulatedBackend:
         weights = np.asarray(planner.error_weights, dtype=float)
         self._error_p = weights / weights.sum()
         self._memories = {
-            w.name: world.parametric_memory(w.name, {d: w.memory_coverage for d in DOMAINS}, w.memory_accuracy) for w in workers
+            w.name: world.parametric_memory(w.name, {d: w.memory_coverage for d in DOMAINS}, w.memory_accuracy)
+            for w in workers
         }
         self.calls = 0
 
     # -- protocol -------------------------------------------------------------------------------------------------
+    def cache_identity(self, request: LLMRequest) -> tuple[str, dict]:
+        """``(model name, parameters)`` for a record/replay cache key: the simulated team's full configuration."""
+        spec = self.specs.get(request.agent)
+        return "edo-simulator", {"world": repr(self.world.config), "agent": repr(spec), "planner": repr(self.planner)}
+
     def complete(self, request: LLMRequest) -> LLMResponse:
         self.calls += 1
         rng = np.random.default_rng(request.seed)
@@ -252,7 +265,12 @@ class SimulatedBackend:
                 j = int(rng.choice(candidates))
                 alts = _alternatives(steps[j]["relations"][-1], bool(steps[j]["deps"]), j == n - 1)
                 new = str(rng.choice(alts))
-                steps[j] = {**steps[j], "relations": (new,), "domain": RELATIONS[new].domain, "label_domain": RELATIONS[new].domain}
+                steps[j] = {
+                    **steps[j],
+                    "relations": (new,),
+                    "domain": RELATIONS[new].domain,
+                    "label_domain": RELATIONS[new].domain,
+                }
                 return steps, error
         elif error == "wrong_entity":
             candidates = [j for j in lookups if not steps[j]["deps"] and steps[j]["literal"] in self.world.kind_of]
@@ -336,7 +354,10 @@ def _drop(steps: list[dict], j: int) -> list[dict]:
     new_index[j] = tuple(new_index[d][0] for d in dropped["deps"])
     out = _reindex(kept, new_index)
     if not dropped["deps"]:  # the dependents of a first hop now start from its literal
-        out = [{**s, "literal": dropped["literal"]} if s["kind"] == "lookup" and not s["deps"] and s["literal"] is None else s for s in out]
+        out = [
+            {**s, "literal": dropped["literal"]} if s["kind"] == "lookup" and not s["deps"] and s["literal"] is None else s
+            for s in out
+        ]
     return out
 
 
@@ -352,4 +373,3 @@ def _swap(steps: list[dict], j: int) -> list[dict]:
     order[j], order[j + 1] = order[j + 1], order[j]
     new_pos = {old: new for new, old in enumerate(order)}
     return _reindex([steps[i] for i in order], {i: (new_pos[i],) for i in range(len(steps))})
-

@@ -248,7 +248,20 @@ class Worker:
             cost.latency_s += self.service.config.latency_s
         used = retrieve and not retrieval_error
         if response is None:
-            return CallRecord(self.index, "", None, retrieved, used, cost, instruction, inputs, True, outcome.error or "", outcome.attempts, retrieval_error)
+            return CallRecord(
+                self.index,
+                "",
+                None,
+                retrieved,
+                used,
+                cost,
+                instruction,
+                inputs,
+                True,
+                outcome.error or "",
+                outcome.attempts,
+                retrieval_error,
+            )
         return CallRecord(
             self.index, response.text.strip(), response.confidence, retrieved, used, cost, instruction, inputs,
             attempts=outcome.attempts, retrieval_error=retrieval_error,
@@ -292,4 +305,3 @@ def plan_request(task: str, instruction: str, output_format: str, seed: int, sys
         role="planner", agent="planner", system=system, task=task, instruction=instruction,
         output_format=output_format, max_tokens=512, seed=seed,
     )  # fmt: skip
-

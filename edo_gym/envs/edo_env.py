@@ -50,7 +50,7 @@ from edo_gym.agents.planner import (
 )
 from edo_gym.agents.protocol import LLMBackend
 from edo_gym.agents.simulator import SimulatedBackend
-from edo_gym.agents.worker import AgentCaller, CallCost, CallRecord, VerifyRecord, Worker, plan_request
+from edo_gym.agents.worker import AgentCaller, CallCost, CallRecord, Worker, plan_request
 from edo_gym.config import EDOConfig, TaskConfig, WorldConfig
 from edo_gym.envs import observation as O
 from edo_gym.envs.render import render_trace
@@ -231,7 +231,10 @@ class EDOEnv(gym.Env):
         self._started = True
         self._ended = False
         obs = self._observation()
-        return obs, {"action_mask": obs["action_mask"].copy(), "task_id": self.task_id, "anchor_key": self._anchor_key()}
+        info = {"action_mask": obs["action_mask"].copy(), "task_id": self.task_id, "anchor_key": self._anchor_key()}
+        if self.config.info_text:
+            info["text"] = self.state_text()
+        return obs, info
 
     def _charge_pending(self, cost: CallCost, price: float) -> None:
         self._pending.prompt_tokens += cost.prompt_tokens
@@ -425,6 +428,8 @@ class EDOEnv(gym.Env):
             "anchor_key": self._anchor_key(),
             **self._call_status,
         }
+        if self.config.info_text:
+            info["text"] = self.state_text()
         if self._ended:
             info["episode_stats"] = {
                 "success": bool(self.success),
@@ -646,9 +651,7 @@ class EDOEnv(gym.Env):
     def plan_truth(self) -> list[StepTruth]:
         """Hidden: what each step of the current plan should produce (executed on the true facts)."""
         if self._truth is None:
-            self._truth = execute_plan(
-                self.world, [s.instruction for s in self.plan.steps], [s.deps for s in self.plan.steps]
-            )
+            self._truth = execute_plan(self.world, [s.instruction for s in self.plan.steps], [s.deps for s in self.plan.steps])
         return self._truth
 
     def hidden_state(self) -> dict[str, Any]:
@@ -728,6 +731,49 @@ class EDOEnv(gym.Env):
             "legal_actions": [self.action_names[a] for a in np.flatnonzero(self._mask())],
         }
 
+    def orchestrator_view(self) -> Any:
+        """The state as :class:`edo_gym.llm.orchestrator.OrchestratorView` (plain, observable data only)."""
+        from edo_gym.llm.orchestrator import OrchestratorView
+
+        cur = self.current_step
+        plan = [
+            f"[{s.label}/{s.domain_label}] {s.instruction}" + (f" (uses steps {[d + 1 for d in s.deps]})" if s.deps else "")
+            for s in self.plan.steps
+        ]
+        results = []
+        for i, r in enumerate(self.results):
+            if r is None:
+                continue
+            who = self.config.workers[r.worker].name
+            line = f"step {i + 1} by {who}: {r.text!r}"
+            if r.confidence is not None:
+                line += f" (confidence {r.confidence:.2f})"
+            if self.verdicts[i]:
+                line += f"; verified: {', '.join(self.verdicts[i])}"
+            results.append(line)
+        return OrchestratorView(
+            task=self.task.text,
+            plan=plan,
+            action_names=self.action_names,
+            action_mask=[bool(m) for m in self._mask()],
+            current_step=cur if cur >= 0 else None,
+            results=results,
+            budget={
+                "tokens": self.tokens,
+                "token_budget": self.token_budget,
+                "calls": self.calls,
+                "steps": self.steps,
+                "step_limit": self.step_limit,
+            },  # fmt: skip
+            history=[self.action_names[a] for a in self.history],
+        )
+
+    def state_text(self) -> str:
+        """The state as an LLM orchestrator's prompt (see :func:`edo_gym.llm.orchestrator.obs_to_text`)."""
+        from edo_gym.llm.orchestrator import obs_to_text
+
+        return obs_to_text(self.orchestrator_view())
+
     def process_info(self) -> dict[str, int]:
         """``pid`` of the process this env lives in and how often that process loaded an embedding model
         (``model_loads``); call it through ``VecEnv.env_method`` / ``VectorEnv.call``."""
@@ -735,4 +781,3 @@ class EDOEnv(gym.Env):
 
     def close(self) -> None:
         self._started = False
-

@@ -59,7 +59,9 @@ def render_trace(env: EDOEnv) -> str:
             if check.failed:
                 out.append(f"  verify step {check.step + 1} by {names[check.worker]}: call FAILED{tries}: {check.error}")
             else:
-                out.append(f"  verify step {check.step + 1} by {names[check.worker]}: {check.verdict.upper()}{tries}; {_cost(check.cost)}")
+                out.append(
+                    f"  verify step {check.step + 1} by {names[check.worker]}: {check.verdict.upper()}{tries}; {_cost(check.cost)}"
+                )
         elif kind == "rollback":
             out.append(f"  rollback step {event[1] + 1}")
         elif kind == "replan":
@@ -74,7 +76,11 @@ def render_trace(env: EDOEnv) -> str:
     totals = f"  totals: {env.steps} steps, {env.tokens} tokens, {env.calls} calls, {env.latency_s:.2f} s simulated latency"
     faults = [
         f"{n} {label}"
-        for n, label in ((env.failed_calls, "failed calls"), (env.call_retries, "retries"), (env.retrieval_fallbacks, "retrieval fallbacks"))
+        for n, label in (
+            (env.failed_calls, "failed calls"),
+            (env.call_retries, "retries"),
+            (env.retrieval_fallbacks, "retrieval fallbacks"),
+        )
         if n
     ]
     out.append(totals + (f"; {', '.join(faults)}" if faults else ""))

@@ -144,7 +144,9 @@ class ShardRetriever:
         if self.collection is None:
             assert self.factory is not None
             self.collection = self.factory()
-        result = self.collection.query(query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[])
+        result = self.collection.query(
+            query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[]
+        )
         candidates = np.asarray([int(i) for i in result["ids"][0]], dtype=np.int64)
         if self.vectors is not None and len(candidates):
             # exact cosine re-ranking of the candidates, ties broken by corpus index: the same top k in every process,

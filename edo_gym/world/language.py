@@ -47,7 +47,9 @@ def compute_instruction(op: str, refs: list[str]) -> str:
     return f"Compute {OP_WORDS[op]} of these revenue figures (in thousands): {', '.join(refs)}."
 
 
-REPLY_INSTRUCTION = "Write a one-sentence reply telling the customer how long they have to request a refund, given the refund window: {ref}."
+REPLY_INSTRUCTION = (
+    "Write a one-sentence reply telling the customer how long they have to request a refund, given the refund window: {ref}."
+)
 
 
 def reply_instruction(ref: str) -> str:
@@ -84,7 +86,9 @@ _QUESTION_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (_template_regex(rel.question, {"x": r"(?P<x>.+?)"}), rel.name) for rel in RELATIONS.values()
 ]
 _DOC_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (_template_regex(t, {"s": r"(?P<s>.+?)", "v": r"(?P<v>.+?)"}), rel.name) for rel in RELATIONS.values() for t in rel.templates
+    (_template_regex(t, {"s": r"(?P<s>.+?)", "v": r"(?P<v>.+?)"}), rel.name)
+    for rel in RELATIONS.values()
+    for t in rel.templates
 ]
 # phrase() forms: "the mentor of X", "the March revenue of the Alder store"
 _PHRASE_PATTERNS: list[tuple[re.Pattern[str], str]] = []

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from functools import lru_cache
 from collections import Counter
 from collections.abc import Iterable
+from functools import lru_cache
 
 ABSTAIN_TEXT = "I don't know."
 _SPACE = re.compile(r"\s+")
