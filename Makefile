@@ -8,10 +8,11 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install demo train test test-all lint format bench bench-quick throughput clean
 
-$(STAMP): setup.cfg pyproject.toml
+# setup.cfg states compatible version ranges; constraints.txt pins the exact versions installed here.
+$(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
