@@ -176,11 +176,7 @@ def test_infos_in_a_real_tianshou_buffer_hold_no_null(make_env, faulty_env):
     buffer = data.ReplayBuffer(size=len(steps))
     obs = np.zeros(1, dtype=np.float32)
     for info in steps:
-        buffer.add(
-            data.Batch(
-                obs=obs, act=0, rew=0.0, terminated=False, truncated=False, obs_next=obs, info=data.Batch(info)
-            )
-        )
+        buffer.add(data.Batch(obs=obs, act=0, rew=0.0, terminated=False, truncated=False, obs_next=obs, info=data.Batch(info)))
     null_counts = dict(_leaves(buffer.isnull().apply_values_transform(np.sum).to_dict(recursive=True)))
     assert not buffer.hasnull(), {key: int(n) for key, n in null_counts.items() if n}
 
@@ -195,14 +191,14 @@ def test_infos_round_trip_through_vector_info_stacking(make_env):
     try:
         obs, vinfo = vec.reset(seed=[5, 6])
         expected = [single.reset(seed=5 + i)[1] for i, single in enumerate(singles)]
-        for steps in range(1, 60):
+        done, steps = False, 0
+        while not done:
             _assert_unstacks_to(vinfo, expected)
             actions = [int(rng.choice(np.flatnonzero(obs["action_mask"][i]))) for i in range(2)]
             obs, _, terminated, truncated, vinfo = vec.step(np.array(actions))
             expected = [single.step(a)[4] for single, a in zip(singles, actions, strict=True)]
-            if terminated.any() or truncated.any():
-                _assert_unstacks_to(vinfo, expected)
-                break
+            done, steps = bool(terminated.any() or truncated.any()), steps + 1
+        _assert_unstacks_to(vinfo, expected)  # the step that ended an episode, with its episode_stats
         assert steps > 2
     finally:
         vec.close()
