@@ -40,6 +40,7 @@ from edo_gym.agents.worker import CallRecord, Worker
 from edo_gym.config import EDOConfig, TaskConfig, WorldConfig
 from edo_gym.envs import observation as obs_lib
 from edo_gym.envs.render import render_trace
+from edo_gym.envs.viewer import draw_trace
 from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.store import RetrievalService
 from edo_gym.world.generator import World
@@ -69,11 +70,12 @@ class EDOEnv(gym.Env):
 
     :param config: a full :class:`~edo_gym.config.EDOConfig`; keyword arguments override its fields (flat
         ``reward_token_weight=0.1`` or nested ``reward={"token_weight": 0.1}``), see ``EDOConfig.from_kwargs``.
-    :param render_mode: ``"ansi"`` (``render()`` returns the episode trace as text) or ``"human"`` (prints it).
+    :param render_mode: ``"ansi"`` (``render()`` returns the episode trace as text), ``"human"`` (prints it) or
+        ``"rgb_array"`` (returns it drawn as a fixed-size ``uint8`` image, see :mod:`edo_gym.envs.viewer`).
     :param backend: the generation backend of the workers; default :class:`SimulatedBackend`.
     """
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "human", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,
@@ -514,9 +516,9 @@ class EDOEnv(gym.Env):
         return obs
 
     # -- humans and oracles -------------------------------------------------------------------------------------
-    def render(self) -> str | None:
+    def render(self) -> str | np.ndarray | None:
         if self.render_mode is None:
-            gym.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human' to gym.make")
+            gym.logger.warn("render() called without a render_mode; pass render_mode='ansi', 'human' or 'rgb_array'")
             return None
         if not self._started:
             text = "EDOEnv: not reset yet"
@@ -525,6 +527,8 @@ class EDOEnv(gym.Env):
         if self.render_mode == "human":
             print(text)
             return None
+        if self.render_mode == "rgb_array":
+            return draw_trace(text.splitlines())
         return text
 
     def hidden_state(self) -> dict[str, Any]:
