@@ -15,6 +15,7 @@ recently drawn rows, so a frame redraws only the lines that are new since the la
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ _ROW_PX = 15  # 1.3 font sizes
 _CHAR_PX = 0.602 * _FONT_SIZE * _DPI / 72  # advance width of DejaVu Sans Mono, matplotlib's monospace font
 _MARGIN_PX = 6
 _BACKGROUND = "#ffffff"
+#: Smallest frame (height, width): one row of 8 characters.
+MIN_SHAPE: tuple[int, int] = (2 * _MARGIN_PX + _ROW_PX, math.ceil(2 * _MARGIN_PX + 8 * _CHAR_PX))
 _COLOURS = {
     "default": "#202020",
     "task": "#000000",
@@ -120,8 +123,10 @@ def draw_trace(lines: Sequence[str], shape: tuple[int, int] = FRAME_SHAPE) -> np
     :param shape: ``(height, width)`` in pixels.
     """
     height, width = (int(v) for v in shape)
-    if height < 2 * _MARGIN_PX + _ROW_PX or width < 2 * _MARGIN_PX + 8 * _CHAR_PX:
-        raise ValueError(f"frame shape (height, width) must be at least (32, 64) pixels, got {shape}")
+    if height < MIN_SHAPE[0] or width < MIN_SHAPE[1]:
+        raise ValueError(
+            f"frame shape (height, width) must be at least {MIN_SHAPE} pixels (one row of 8 characters), got {shape}"
+        )
     rows = (height - 2 * _MARGIN_PX) // _ROW_PX
     columns = int((width - 2 * _MARGIN_PX) // _CHAR_PX)
     painter = _painter(width)
