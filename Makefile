@@ -58,8 +58,8 @@ $(COMPAT_STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 
 test-compat: $(COMPAT_STAMP)  ## env tests under gymnasium 1.2.2 / filelock 3.12.2, with RLlib and Tianshou
 	$(COMPAT_VENV)/bin/python -c 'import gymnasium, filelock; print("gymnasium", gymnasium.__version__, "filelock", filelock.__version__)'
-	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" $(COMPAT_ENV_TESTS)
-	$(COMPAT_VENV)/bin/python -m pytest -q tests/test_other_libraries.py
+	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" $(COMPAT_ENV_TESTS); rc=$$?; \
+	$(COMPAT_VENV)/bin/python -m pytest -q tests/test_other_libraries.py || rc=1; exit $$rc
 
 # Build the wheel (python -m build), install it with -c constraints.txt into a fresh venv in a temporary directory
 # outside the repository, and run gym.make("EDO-v0"), `edo demo` and `edo train --timesteps 2000` from there with a
