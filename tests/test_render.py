@@ -157,7 +157,7 @@ def test_sb3_make_vec_env_subproc_works_with_its_defaults():
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import SubprocVecEnv
 
-    vec = make_vec_env("edo_gym:EDO-v0", n_envs=2, vec_env_cls=SubprocVecEnv, seed=0)
+    vec = make_vec_env("edo_gym:EDO-v0", n_envs=2, vec_env_cls=SubprocVecEnv)
     try:
         assert vec.render_mode == "rgb_array"
         obs = vec.reset()

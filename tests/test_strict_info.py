@@ -21,7 +21,11 @@ import pytest
 from edo_gym.agents.backend import SimulatedBackend
 from edo_gym.config import EDOConfig
 from edo_gym.registration import VARIANTS
-from tests.reliability_helpers import FaultyBackend
+
+try:
+    from tests.reliability_helpers import FaultyBackend
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+    from reliability_helpers import FaultyBackend  # type: ignore[no-redef]
 
 ENV_IDS = list(VARIANTS)
 
