@@ -6,12 +6,13 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo train test test-all lint format bench bench-quick throughput clean
+.PHONY: install demo train test test-all test-compat wheel-check lint format bench bench-quick throughput clean
 
-$(STAMP): setup.cfg pyproject.toml
+# setup.cfg states compatible version ranges; constraints.txt pins the exact versions installed here.
+$(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,6 +38,36 @@ test: $(STAMP)  ## the fast test suite (slow tests deselected)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The oldest gymnasium and filelock that setup.cfg admits, beside RLlib and Tianshou: ray[rllib] 2.60 pins gymnasium
+# 1.2.2; tianshou 2.0.1 needs virtualenv<21, which needs filelock>=3.12.2,<4. The venv uses constraints.txt with
+# COMPAT_PINS in place of its gymnasium/filelock lines. Runs the fast env, retrieval-lock, render and info tests, then
+# all Other-libraries tests (README snippets for PyTorch, Tianshou and RLlib; examples/train_rllib.py).
+COMPAT_VENV := .venv-compat
+COMPAT_PINS := gymnasium==1.2.2 filelock==3.12.2
+COMPAT_LIBS := ray[rllib]==2.60.0 tianshou==2.0.1
+COMPAT_STAMP := $(COMPAT_VENV)/.installed
+COMPAT_ENV_TESTS := tests/test_envs.py tests/test_multiprocess.py tests/test_render.py tests/test_strict_info.py
+
+$(COMPAT_STAMP): setup.cfg pyproject.toml constraints.txt Makefile
+	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	grep -vE '^(gymnasium|filelock)==' constraints.txt > $(COMPAT_VENV)/constraints.txt
+	printf '%s\n' $(COMPAT_PINS) >> $(COMPAT_VENV)/constraints.txt
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -c $(COMPAT_VENV)/constraints.txt -e ".[dev]" $(COMPAT_LIBS)
+	touch $(COMPAT_STAMP)
+
+test-compat: $(COMPAT_STAMP)  ## env tests under gymnasium 1.2.2 / filelock 3.12.2, with RLlib and Tianshou
+	$(COMPAT_VENV)/bin/python -c 'import gymnasium, filelock; print("gymnasium", gymnasium.__version__, "filelock", filelock.__version__)'
+	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" $(COMPAT_ENV_TESTS); rc=$$?; \
+	$(COMPAT_VENV)/bin/python -m pytest -q tests/test_other_libraries.py || rc=1; exit $$rc
+
+# Build the wheel (python -m build), install it with -c constraints.txt into a fresh venv in a temporary directory
+# outside the repository, and run gym.make("EDO-v0"), `edo demo` and `edo train --timesteps 2000` from there with a
+# cold embedding cache. WHEEL_CHECK_DIR=/some/dir keeps the venv and logs there.
+WHEEL_CHECK_DIR ?=
+wheel-check: $(STAMP)  ## build the wheel and run it from a fresh venv without the repository
+	BUILD_PYTHON=$(BIN)/python BASE_PYTHON=$(PYTHON) bash tests/wheel_check.sh $(WHEEL_CHECK_DIR)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -57,4 +88,4 @@ bench-quick: $(STAMP)  ## reduced suite, about 15 minutes on 2 CPU cores
 	$(BIN)/python benchmarks/run_suite.py --quick --out-dir benchmarks/results/quick
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -24,8 +24,12 @@ EXPECTED_OUTPUT = {
 }
 
 
+#: examples that need another RL library, run by tests/test_other_libraries.py (in `make test-compat`)
+OTHER_LIBRARY_EXAMPLES = {"train_rllib.py"}
+
+
 def test_every_example_is_covered():
-    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(TINY_ARGS)
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted({*TINY_ARGS, *OTHER_LIBRARY_EXAMPLES})
 
 
 @pytest.mark.parametrize("script", sorted(TINY_ARGS))

@@ -39,7 +39,7 @@ class IllegalActionRecorder(BaseCallback):
                 self.missing += 1
             elif info["illegal_action"]:
                 self.illegal += 1
-            if "episode_stats" in info:
+            if info["episode_stats"]["ended"]:
                 self.episode_ends += 1
         return True
 

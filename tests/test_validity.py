@@ -89,8 +89,9 @@ def test_info_before_the_end_carries_no_outcome_or_task_shape(env):
         obs, _, terminated, truncated, info = env.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
         if terminated or truncated:
             break
-        assert "episode_stats" not in info and "hops" not in info and "family" not in info
-    assert "hops" not in info["episode_stats"]
+        assert not info["episode_stats"]["ended"] and not info["episode_stats"]["success"]
+        assert "hops" not in info and "hops" not in info["episode_stats"]
+    assert info["episode_stats"]["ended"] and "hops" not in info["episode_stats"]
     assert {"success", "tokens", "calls", "latency_s", "family"} <= set(info["episode_stats"])
 
 

@@ -54,6 +54,7 @@ from edo_gym.agents.worker import AgentCaller, CallCost, CallRecord, Worker, pla
 from edo_gym.config import EDOConfig, TaskConfig, WorldConfig
 from edo_gym.envs import observation as O
 from edo_gym.envs.render import render_trace
+from edo_gym.envs.viewer import draw_trace
 from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.store import RetrievalService
 from edo_gym.world.generator import World
@@ -86,12 +87,13 @@ class EDOEnv(gym.Env):
 
     :param config: a full :class:`~edo_gym.config.EDOConfig`; keyword arguments override its fields (flat
         ``reward_token_weight=0.1`` or nested ``reward={"token_weight": 0.1}``), see ``EDOConfig.from_kwargs``.
-    :param render_mode: ``"ansi"`` (``render()`` returns the episode trace as text) or ``"human"`` (prints it).
+    :param render_mode: ``"ansi"`` (``render()`` returns the episode trace as text), ``"human"`` (prints it) or
+        ``"rgb_array"`` (returns it drawn as a fixed-size ``uint8`` image, see :mod:`edo_gym.envs.viewer`).
     :param backend: the language-model backend of planner, workers and verifiers (an
         :class:`~edo_gym.agents.protocol.LLMBackend`); default :class:`~edo_gym.agents.simulator.SimulatedBackend`.
     """
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "human", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,
@@ -430,20 +432,22 @@ class EDOEnv(gym.Env):
         }
         if self.config.info_text:
             info["text"] = self.state_text()
-        if self._ended:
-            info["episode_stats"] = {
-                "success": bool(self.success),
-                "score": float(self.score),
-                "tokens": int(self.tokens),
-                "calls": int(self.calls),
-                "latency_s": float(self.latency_s),
-                "steps": int(self.steps),
-                "family": self.task.family,
-                "budget_exhausted": bool(self.budget_exhausted),
-                "failed_calls": int(self.failed_calls),
-                "call_retries": int(self.call_retries),
-                "retrieval_fallbacks": int(self.retrieval_fallbacks),
-            }
+        # on every step, with the same keys and types (strict replay buffers fill a late key with None); the outcome
+        # is final when ``ended`` is true
+        info["episode_stats"] = {
+            "ended": bool(self._ended),
+            "success": bool(self.success),
+            "score": float(self.score),
+            "tokens": int(self.tokens),
+            "calls": int(self.calls),
+            "latency_s": float(self.latency_s),
+            "steps": int(self.steps),
+            "family": self.task.family,
+            "budget_exhausted": bool(self.budget_exhausted),
+            "failed_calls": int(self.failed_calls),
+            "call_retries": int(self.call_retries),
+            "retrieval_fallbacks": int(self.retrieval_fallbacks),
+        }
         return obs, reward, terminated, truncated, info
 
     def _check_action(self, action: Any) -> int:
@@ -638,14 +642,16 @@ class EDOEnv(gym.Env):
         return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
 
     # -- humans and oracles -------------------------------------------------------------------------------------
-    def render(self) -> str | None:
+    def render(self) -> str | np.ndarray | None:
         if self.render_mode is None:
-            gym.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human' to gym.make")
+            gym.logger.warn("render() called without a render_mode; pass render_mode='ansi', 'human' or 'rgb_array'")
             return None
         text = "EDOEnv: not reset yet" if not self._started else render_trace(self)
         if self.render_mode == "human":
             print(text)
             return None
+        if self.render_mode == "rgb_array":
+            return draw_trace(text.splitlines())
         return text
 
     def plan_truth(self) -> list[StepTruth]:
