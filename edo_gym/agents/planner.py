@@ -75,6 +75,8 @@ def parse_plan(text: str, max_steps: int) -> tuple[PlanStep, ...]:
         data = json.loads(text[start : end + 1])
     except json.JSONDecodeError as exc:
         raise PlanError(f"invalid JSON: {exc.msg} at character {exc.pos}") from None
+    except RecursionError:  # a reply nested deeper than the parser's stack
+        raise PlanError("invalid JSON: nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
         raise PlanError('the JSON object must have a "steps" list')
     raw = data["steps"]
