@@ -159,6 +159,12 @@ class VerifyRecord:
     failed: bool = False
     error: str = ""
     attempts: int = 1
+    #: Why the verifier's own retrieval failed (it judged without documents); ``""`` otherwise.
+    retrieval_error: str = ""
+
+    @property
+    def retrieval_fallback(self) -> bool:
+        return bool(self.retrieval_error)
 
 
 class Worker:
@@ -272,9 +278,10 @@ class Worker:
     ) -> VerifyRecord:
         """Re-check ``record`` (the result of plan step ``step``) against this worker's own evidence."""
         retrieved: tuple[int, ...] = ()
+        retrieval_error = ""
         if self.retriever.size > 0 or self.shuffle:
             query = record.instruction if label == "lookup" else OP_QUERIES.get(label, record.instruction)
-            retrieved, _ = self.search(query, rng)
+            retrieved, retrieval_error = self.search(query, rng)
         documents, doc_tokens = self._documents(retrieved)
         request = LLMRequest(
             role="verifier",
@@ -293,10 +300,14 @@ class Worker:
         if retrieved:
             cost.latency_s += self.service.config.latency_s
         if response is None:
-            return VerifyRecord(self.index, step, "", "", retrieved, cost, True, outcome.error or "", outcome.attempts)
+            return VerifyRecord(
+                self.index, step, "", "", retrieved, cost, True, outcome.error or "", outcome.attempts, retrieval_error
+            )
         word = parse_verdict(response.text)
         verdict = {"CORRECT": "ok", "INCORRECT": "flagged"}.get(word or "", "unsure")
-        return VerifyRecord(self.index, step, verdict, response.text, retrieved, cost, attempts=outcome.attempts)
+        return VerifyRecord(
+            self.index, step, verdict, response.text, retrieved, cost, attempts=outcome.attempts, retrieval_error=retrieval_error
+        )
 
 
 def plan_request(task: str, instruction: str, output_format: str, seed: int, system: str) -> LLMRequest:

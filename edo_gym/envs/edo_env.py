@@ -249,6 +249,8 @@ class EDOEnv(gym.Env):
         """Ask the planner (one repair attempt, then the fallback plan); every attempt is charged."""
         total = CallCost()
         error = ""
+        attempts = 0
+        call_error = ""
         for attempt in range(2):
             instruction = PLAN_INSTRUCTION if attempt == 0 else REPAIR_INSTRUCTION.format(error=error)
             request = plan_request(self.task.text, instruction, PLAN_FORMAT, self._seed(), PLANNER_SYSTEM)
@@ -258,18 +260,25 @@ class EDOEnv(gym.Env):
             total.calls += cost.calls
             total.latency_s += cost.latency_s
             self.call_retries += outcome.attempts - 1
+            attempts += outcome.attempts
             if response is None:
                 self.failed_calls += 1
-                error = outcome.error or "the call failed"
+                error = call_error = outcome.error or "the call failed"
                 continue
             try:
                 steps = parse_plan(response.text, self.config.max_subtasks)
             except PlanError as exc:
                 error = str(exc)
                 continue
+            self._plan_status(attempts, call_error, failed=False)
             return Plan(steps, response.confidence, "planner" if attempt == 0 else "repaired"), total
         self.trace.append(("plan_fallback", error))
+        self._plan_status(attempts, call_error, failed=bool(call_error))
         return fallback_plan(self.task.text), total
+
+    def _plan_status(self, attempts: int, error: str, failed: bool) -> None:
+        """``info``'s call fields for a planner call (visible on the replan step; at reset they are not reported)."""
+        self._call_status = {"call_failed": failed, "call_error": error, "backend_attempts": attempts, "retrieval_fallback": False}
 
     def _set_plan(self, plan: Plan) -> None:
         self.plan = plan
@@ -523,10 +532,11 @@ class EDOEnv(gym.Env):
         assert record is not None
         check = self.workers[w].verify(self.task.text, self.plan.steps[i].label, i, record, self.np_random, self._seed())
         self.worker_verifications[w] += 1
-        self.verified_by[i].add(w)
-        if check.failed:
+        self.retrieval_fallbacks += check.retrieval_fallback
+        if check.failed:  # no verdict: the same worker may be asked again
             self.failed_calls += 1
         else:
+            self.verified_by[i].add(w)
             self.verdicts[i].append(check.verdict)
             if check.verdict == "flagged":
                 self.worker_flagged[record.worker] += 1
@@ -537,7 +547,7 @@ class EDOEnv(gym.Env):
             "call_failed": check.failed,
             "call_error": check.error,
             "backend_attempts": int(check.attempts),
-            "retrieval_fallback": False,
+            "retrieval_fallback": check.retrieval_fallback,
         }
         self.trace.append(("verify", check))
         return check.cost
