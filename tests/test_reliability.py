@@ -496,6 +496,36 @@ def test_replan_with_invalid_plans_falls_back_mid_episode_and_charges_the_planne
     assert "planner gave no valid plan" in env.render()
 
 
+#: A 4,012-character planner reply (well under ``MAX_RESULT_CHARS``) nested deeper than Python's recursion limit.
+DEEPLY_NESTED_PLAN = '{"steps": [' + "[" * 2000 + "]" * 2000 + "]}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="env bug: parse_plan (edo_gym/agents/planner.py) calls json.loads outside any guard, and json.loads raises "
+    "RecursionError (not JSONDecodeError) on deeply nested JSON, so a 4 kB planner reply crashes env.reset() instead "
+    "of getting the repair call",
+)
+def test_a_deeply_nested_planner_reply_is_an_invalid_plan_not_a_crash():
+    class NestingPlanner:
+        """Answers the first plan request with JSON nested deeper than Python's recursion limit."""
+
+        def __init__(self, inner):
+            self.inner, self.sent = inner, False
+
+        def complete(self, request):
+            if request.role == "planner" and not self.sent:
+                self.sent = True
+                return LLMResponse(DEEPLY_NESTED_PLAN)
+            return self.inner.complete(request)
+
+    cfg = EDOConfig.from_kwargs(tasks=SMALL_TASKS)
+    env = EDOEnv(cfg, backend=NestingPlanner(simulated_backend(cfg)))
+    env.reset(seed=0, options={"task_id": TASK_ID})
+    assert env.plan.source == "repaired"
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="env bug: EDOEnv.step resets _call_status to 'no call' and the replan branch (EDOEnv._make_plan, "
