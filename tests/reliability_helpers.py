@@ -1,126 +1,180 @@
 """Fault-injecting fakes behind the real interfaces, and invariant checks, shared by the reliability tests.
 
-``FaultyBackend`` implements the ``GenerationBackend`` protocol by wrapping ``SimulatedBackend`` (the allowed
-stand-in for a remote LLM service) and injecting faults on a fixed schedule or at a seeded random rate; it
-never touches the env's RNG when it injects a fault, so a fault-free call gives exactly what the wrapped
+``FaultyBackend`` implements the ``LLMBackend`` protocol by wrapping a real backend (``SimulatedBackend``, the
+allowed stand-in for a remote LLM service) and injecting faults into the calls of chosen roles (planner, worker,
+verifier), on a fixed schedule per role or at a seeded random rate. It draws from its own RNG only, and a reply
+depends only on the request (whose ``seed`` the env drew), so a fault-free call gives exactly what the wrapped
 backend gives. ``FailingRetriever`` stands in for a ``ShardRetriever`` whose chromadb collection errors.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 import chromadb.errors
 import numpy as np
 
-from edo_gym.agents.backend import MAX_RESULT_CHARS, GenerationResult, SimulatedBackend, TransientBackendError
+from edo_gym.agents.backend import MAX_COMPLETION_TOKENS, MAX_RESULT_CHARS, TransientBackendError
+from edo_gym.agents.protocol import ROLES, LLMBackend, LLMRequest, LLMResponse
+from edo_gym.agents.simulator import SimulatedBackend
+from edo_gym.config import EDOConfig
+from edo_gym.envs import observation as obs_lib
+from edo_gym.envs.edo_env import PLANNER_PRICE, _task_pool, _world
 
-#: Garbage replies, each built from a real result ``r``.
-GARBAGE: dict[str, Any] = {
+#: Garbage replies (not a valid ``LLMResponse``), each built from a real reply ``r``.
+GARBAGE: dict[str, Callable[[LLMResponse], Any]] = {
     "none": lambda r: None,
     "str": lambda r: r.text,
     "dict": lambda r: {"text": r.text, "confidence": r.confidence},
-    "text_none": lambda r: GenerationResult(None, r.confidence),  # type: ignore[arg-type]
-    "text_bytes": lambda r: GenerationResult(r.text.encode(), r.confidence),  # type: ignore[arg-type]
-    "text_huge": lambda r: GenerationResult("x" * (MAX_RESULT_CHARS + 1), r.confidence),
-    "conf_nan": lambda r: GenerationResult(r.text, math.nan),
-    "conf_inf": lambda r: GenerationResult(r.text, math.inf),
-    "conf_negative": lambda r: GenerationResult(r.text, -0.1),
-    "conf_above_one": lambda r: GenerationResult(r.text, 1.5),
-    "conf_str": lambda r: GenerationResult(r.text, "0.9"),  # type: ignore[arg-type]
-    "conf_none": lambda r: GenerationResult(r.text, None),  # type: ignore[arg-type]
-    "conf_bool": lambda r: GenerationResult(r.text, True),
-    "conf_huge_int": lambda r: GenerationResult(r.text, 10**400),
-    "tokens_negative": lambda r: GenerationResult(r.text, r.confidence, -3),
-    "tokens_float": lambda r: GenerationResult(r.text, r.confidence, 2.5),  # type: ignore[arg-type]
-    "latency_negative": lambda r: GenerationResult(r.text, r.confidence, 0, -1.0),
-    "latency_nan": lambda r: GenerationResult(r.text, r.confidence, 0, math.nan),
+    "text_none": lambda r: replace(r, text=None),
+    "text_bytes": lambda r: replace(r, text=r.text.encode()),
+    "text_huge": lambda r: replace(r, text="x" * (MAX_RESULT_CHARS + 1)),
+    "conf_nan": lambda r: replace(r, confidence=math.nan),
+    "conf_inf": lambda r: replace(r, confidence=math.inf),
+    "conf_negative": lambda r: replace(r, confidence=-0.1),
+    "conf_above_one": lambda r: replace(r, confidence=1.5),
+    "conf_str": lambda r: replace(r, confidence="0.9"),
+    "conf_bool": lambda r: replace(r, confidence=True),
+    "conf_huge_int": lambda r: replace(r, confidence=10**400),
+    "tokens_negative": lambda r: replace(r, completion_tokens=-3),
+    "tokens_float": lambda r: replace(r, prompt_tokens=2.5),
+    "tokens_bool": lambda r: replace(r, completion_tokens=True),
+    "tokens_huge": lambda r: replace(r, completion_tokens=MAX_COMPLETION_TOKENS + 1),
+    "latency_negative": lambda r: replace(r, latency_s=-1.0),
+    "latency_nan": lambda r: replace(r, latency_s=math.nan),
+    "latency_str": lambda r: replace(r, latency_s="1.0"),
 }
-GENERATE_FAULTS = ("ok", "error", "transient", "timeout", "timeout_reported", *(f"garbage:{g}" for g in GARBAGE))
-VERIFY_FAULTS = ("ok", "error", "transient", "timeout", "garbage:str", "garbage:none", "garbage:float")
+
+
+def _plan(steps: list[dict]) -> str:
+    return json.dumps({"steps": steps})
+
+
+_STEP = {"type": "lookup", "domain": "orders", "instruction": "Who placed order 1?", "inputs": []}
+#: Reply texts that are valid ``LLMResponse``\ s but not valid plans (for the planner) or verdicts (for a verifier).
+BAD_TEXTS: dict[str, str] = {
+    "prose": "I would start by looking up the order, then reply to the customer.",
+    "cut_json": 'Here is the plan:\n{"steps": [{"type": "lookup", "domain": "orders", "instr',
+    "not_an_object": "[1, 2, 3]",
+    "no_steps": _plan([]),
+    "steps_not_a_list": json.dumps({"steps": "lookup then write"}),
+    "unknown_type": _plan([{**_STEP, "type": "search"}]),
+    "unknown_domain": _plan([{**_STEP, "domain": "weather"}]),
+    "empty_instruction": _plan([{**_STEP, "instruction": "  "}]),
+    "reads_itself": _plan([{**_STEP, "inputs": [1]}]),
+    "reads_a_missing_step": _plan([_STEP, {**_STEP, "inputs": [7]}]),
+    "bool_input": _plan([_STEP, {**_STEP, "inputs": [True]}]),
+    "too_many_steps": _plan([_STEP] * 40),
+    "no_verdict": "Hmm, hard to say; it looks plausible to me.",
+}
+#: Faults of one call: ``ok``; ``error`` (a non-transient exception), ``transient``, ``timeout`` (raised),
+#: ``timeout_reported`` (a reply that reports a huge latency), ``slow`` (sleeps ``sleep_s`` wall-clock seconds, then
+#: answers); ``garbage:<name>`` (an invalid reply, see ``GARBAGE``); ``text:<name>`` (a valid reply whose text is
+#: ``BAD_TEXTS[name]``).
+FAULTS = (
+    "ok",
+    "error",
+    "transient",
+    "timeout",
+    "timeout_reported",
+    *(f"garbage:{g}" for g in GARBAGE),
+    *(f"text:{t}" for t in BAD_TEXTS),
+)
+#: What random faults are drawn from, uniformly (``slow`` would only slow the tests down); a bare ``garbage`` or
+#: ``text`` stands for one of its kind, drawn uniformly, so that the many garbage kinds do not crowd out the rest.
+RANDOM_FAULTS = ("error", "transient", "timeout", "timeout_reported", "garbage", "text")
 
 
 class FaultyBackend:
-    """A ``GenerationBackend`` that wraps ``SimulatedBackend`` and injects faults.
+    """An ``LLMBackend`` that wraps another one and injects faults into the calls of chosen roles.
 
-    :param schedule: fault of each ``generate`` call in order (then ``rate`` takes over), from ``GENERATE_FAULTS``
-        plus ``"slow"`` (sleeps ``sleep_s`` wall-clock seconds, then answers).
-    :param rate: probability that an unscheduled call gets a fault drawn uniformly from ``kinds``.
-    :param verify_schedule: / ``verify_rate`` / ``verify_kinds``: the same for ``verify`` calls.
+    :param schedule: per role, the fault of each of its calls in order (then ``rate`` takes over), from ``FAULTS``
+        plus ``"slow"``.
+    :param rate: probability that an unscheduled call of a role in ``roles`` gets a fault drawn from ``kinds``.
+    :param sleep_s: wall-clock seconds a ``slow`` call sleeps.
     """
 
     def __init__(
         self,
-        inner: SimulatedBackend,
-        schedule: Iterable[str] = (),
+        inner: LLMBackend,
+        schedule: Mapping[str, Iterable[str]] | None = None,
         rate: float = 0.0,
-        kinds: Iterable[str] = GENERATE_FAULTS[1:],
-        verify_schedule: Iterable[str] = (),
-        verify_rate: float = 0.0,
-        verify_kinds: Iterable[str] = VERIFY_FAULTS[1:],
+        roles: Iterable[str] = ("planner", "worker", "verifier"),
+        kinds: Iterable[str] = RANDOM_FAULTS,
         seed: int = 0,
         sleep_s: float = 0.0,
     ) -> None:
         self.inner = inner
-        self.schedule = deque(schedule)
-        self.verify_schedule = deque(verify_schedule)
-        self.rate, self.kinds = rate, tuple(kinds)
-        self.verify_rate, self.verify_kinds = verify_rate, tuple(verify_kinds)
+        self.schedule: dict[str, deque[str]] = {role: deque() for role in ROLES}
+        for role, faults in (schedule or {}).items():
+            self.inject(role, *faults)
+        self.rate, self.roles, self.kinds = rate, tuple(roles), tuple(kinds)
         self.random = random.Random(seed)
         self.sleep_s = sleep_s
-        self.generate_log: list[str] = []
-        self.verify_log: list[str] = []
-        self.timeouts_seen: list[float | None] = []
+        #: ``(role, fault)`` of every call, in order.
+        self.log: list[tuple[str, str]] = []
+        #: Every request received, in order.
+        self.requests: list[LLMRequest] = []
 
-    def _next(self, schedule: deque, rate: float, kinds: tuple[str, ...]) -> str:
-        if schedule:
-            return schedule.popleft()
-        if rate > 0 and self.random.random() < rate:
-            return self.random.choice(kinds)
+    def inject(self, role: str, *faults: str) -> None:
+        """Schedule ``faults`` for the next calls of ``role``."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        for fault in faults:
+            if fault != "slow" and fault not in FAULTS:
+                raise ValueError(f"unknown fault {fault!r}")
+        self.schedule[role].extend(faults)
+
+    def faults(self, role: str) -> list[str]:
+        """The fault of each call of ``role`` so far."""
+        return [fault for r, fault in self.log if r == role]
+
+    def _next(self, role: str) -> str:
+        if self.schedule[role]:
+            return self.schedule[role].popleft()
+        if self.rate > 0 and role in self.roles and self.random.random() < self.rate:
+            kind = self.random.choice(self.kinds)
+            if kind == "garbage":
+                return f"garbage:{self.random.choice(sorted(GARBAGE))}"
+            if kind == "text":
+                return f"text:{self.random.choice(sorted(BAD_TEXTS))}"
+            return kind
         return "ok"
 
-    def generate(self, request, rng):
-        fault = self._next(self.schedule, self.rate, self.kinds)
-        self.generate_log.append(fault)
-        self.timeouts_seen.append(request.timeout_s)
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        fault = self._next(request.role)
+        self.log.append((request.role, fault))
+        self.requests.append(request)
         if fault == "error":
-            raise RuntimeError("backend exploded (HTTP 500)")
+            raise RuntimeError(f"{request.role} backend exploded (HTTP 500)")
         if fault == "transient":
             raise TransientBackendError("HTTP 503: service unavailable, retry later")
         if fault == "timeout":
             raise TimeoutError("read timed out")
         if fault == "slow":
             time.sleep(self.sleep_s)
-        result = self.inner.generate(request, rng)
+        response = self.inner.complete(request)
         if fault == "timeout_reported":
-            return replace(result, latency_s=1e6)
+            return replace(response, latency_s=1e6)
         if fault.startswith("garbage:"):
-            return GARBAGE[fault.split(":", 1)[1]](result)
-        return result
+            return GARBAGE[fault.split(":", 1)[1]](response)
+        if fault.startswith("text:"):
+            return replace(response, text=BAD_TEXTS[fault.split(":", 1)[1]])
+        return response
 
-    def verify(self, prompt, answer, hidden_correct, rng):
-        fault = self._next(self.verify_schedule, self.verify_rate, self.verify_kinds)
-        self.verify_log.append(fault)
-        if fault == "error":
-            raise ConnectionResetError("connection reset by peer")
-        if fault == "transient":
-            raise TransientBackendError("HTTP 429: rate limited")
-        if fault == "timeout":
-            raise TimeoutError("verifier timed out")
-        if fault == "garbage:str":
-            return "yes"
-        if fault == "garbage:none":
-            return None
-        if fault == "garbage:float":
-            return 0.7
-        return self.inner.verify(prompt, answer, hidden_correct, rng)
+
+def simulated_backend(config: EDOConfig) -> SimulatedBackend:
+    """The ``SimulatedBackend`` an ``EDOEnv`` with ``config`` builds for itself (same world, team, planner, tasks)."""
+    world = _world(config.world)
+    return SimulatedBackend(world, config.workers, config.planner, _task_pool(config.world, config.tasks).tasks)
 
 
 class FailingRetriever:
@@ -149,132 +203,252 @@ class FailingRetriever:
 
 
 class BrokenCollection:
-    """A chromadb collection whose queries fail (counts still work), to wrap in a real ``ShardRetriever``."""
+    """A chromadb collection of ``size`` documents whose queries fail, to put in a real ``ShardRetriever``."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    def __init__(self, size: int) -> None:
+        self.size = size
 
     def count(self) -> int:
-        return self.inner.count()
+        return self.size
 
     def query(self, **kwargs: Any) -> Any:
         raise chromadb.errors.InternalError("database disk image is malformed")
 
 
 # -- invariants ---------------------------------------------------------------------------------------------------
-_EVENT_KINDS = {"dispatch", "verify", "rollback", "replan", "submit", "illegal"}
+#: Trace events a step appends (one per step); ``plan_fallback`` and ``budget`` are extra events.
+STEP_EVENTS = {"dispatch", "verify", "rollback", "replan", "submit", "illegal"}
+INFO_KEYS = {
+    "action_mask",
+    "reward_terms",
+    "cost",
+    "event",
+    "illegal_action",
+    "task_id",
+    "anchor_key",
+    "call_failed",
+    "call_error",
+    "backend_attempts",
+    "retrieval_fallback",
+}
+EPISODE_STATS = {
+    "success": bool,
+    "score": float,
+    "tokens": int,
+    "calls": int,
+    "latency_s": float,
+    "steps": int,
+    "family": str,
+    "budget_exhausted": bool,
+    "failed_calls": int,
+    "call_retries": int,
+    "retrieval_fallbacks": int,
+}
+
+
+def _plain(value: Any) -> bool:
+    """A plain ``info`` value: bool, int, float, str, a numeric numpy array, or a dict of those (never ``None``)."""
+    if type(value) in (bool, int, float, str):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "biuf"
+    if type(value) is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    return False
+
+
+def _plan_checks(u: Any, obs: dict, fallback_events: int) -> None:
+    """The plan in force agrees with its trace events and the observation's fallback/repaired flags."""
+    source = u.plan.source
+    assert source in ("planner", "repaired", "fallback")
+    assert fallback_events == int(source == "fallback")
+    assert obs["plan"][obs_lib.P_FALLBACK] == float(source == "fallback")
+    assert obs["plan"][obs_lib.P_REPAIRED] == float(source == "repaired")
+    if source == "fallback":
+        assert len(u.plan.steps) == 1 and u.plan.confidence is None and u.plan.steps[0].deps == ()
+    assert 1 <= len(u.plan.steps) <= u.config.max_subtasks
 
 
 class EpisodeChecker:
-    """Checks every step of an ``EDOEnv`` against its observation space, reward breakdown and trace.
+    """Checks every step of an ``EDOEnv`` against its observation space, reward breakdown, trace and counters.
 
-    Call ``after_reset(env, obs, info)`` and ``after_step(env, action, obs, reward, terminated, truncated, info)``.
+    Call ``after_reset(env, obs, info)`` and ``after_step(env, action, mask_before, obs, reward, terminated,
+    truncated, info)``. The planner's cost at reset is charged on the first step: it is read from the env's
+    pending charge (nothing else records it), and checked to be at least one planner call.
     """
 
     def after_reset(self, env: Any, obs: dict, info: dict) -> None:
         u = env.unwrapped
         assert u.observation_space.contains(obs), _space_diff(u, obs)
         assert np.array_equal(info["action_mask"], obs["action_mask"])
-        assert len(u.trace) == 1 and u.trace[0][0] == "reset"
+        assert set(info) == {"action_mask", "task_id", "anchor_key"} and _plain(info)
+        kinds = [e[0] for e in u.trace]
+        assert kinds in (["reset", "plan"], ["reset", "plan_fallback", "plan"]), kinds
+        assert u.trace[0][1] == info["task_id"] and u.trace[-1][1] is u.plan
+        _plan_checks(u, obs, kinds.count("plan_fallback"))
         assert (u.tokens, u.calls, u.latency_s, u.steps) == (0, 0, 0.0, 0)
-        assert (u.failed_calls, u.call_retries, u.retrieval_fallbacks, u.illegal_actions) == (0, 0, 0, 0)
-        self.sums = [0, 0, 0.0]
-        self.trace_len = 1
+        assert (u.retrieval_fallbacks, u.illegal_actions, u.replans) == (0, 0, 0)
+        # the planner was called (once, or twice with the repair), possibly with failures and retries
+        pending = u._pending
+        planner_calls = pending.calls - u.call_retries
+        assert planner_calls in (1, 2) and pending.tokens > 0 and pending.latency_s > 0
+        assert planner_calls == (1 if u.plan.source == "planner" else 2)
+        assert 0 <= u.failed_calls <= planner_calls
+        self.pending = (pending.tokens, pending.calls, pending.latency_s)
+        self.counters = (u.failed_calls, u.call_retries, u.retrieval_fallbacks)
+        self.sums = [pending.tokens, pending.calls, pending.latency_s]
+        self.trace_len = len(u.trace)
+        self.current, self.top = u.current_step, None
+        self.info_keys: set[str] | None = None
         self.ended = False
 
     def after_step(self, env: Any, action: int, mask_before: np.ndarray, obs, reward, terminated, truncated, info) -> None:
-        u = env.unwrapped
+        u, cfg = env.unwrapped, env.unwrapped.config
         assert not self.ended
         assert u.observation_space.contains(obs), _space_diff(u, obs)
         assert np.array_equal(info["action_mask"], obs["action_mask"])
+        # info: plain values, the same keys and types on every step (plus the episode's stats at its end)
+        assert _plain(info), info
+        assert set(info) - {"episode_stats"} == INFO_KEYS
+        assert type(info["call_error"]) is str and type(info["backend_attempts"]) is int
+        assert type(info["call_failed"]) is bool and type(info["retrieval_fallback"]) is bool
+        assert type(info["anchor_key"]) is str and info["anchor_key"]
+        # reward = sum of its terms
         assert isinstance(reward, float) and math.isfinite(reward)
         terms = info["reward_terms"]
+        assert set(terms) == {"success", "tokens", "calls", "latency", "illegal"}
         assert all(math.isfinite(v) for v in terms.values())
         assert math.isclose(sum(terms.values()), reward, rel_tol=1e-12, abs_tol=1e-12)
-        cost = info["cost"]
-        assert cost["tokens"] >= 0 and cost["calls"] >= 0 and cost["latency_s"] >= 0
-        self.sums[0] += cost["tokens"]
-        self.sums[1] += cost["calls"]
-        self.sums[2] += cost["latency_s"]
-        assert (u.tokens, u.calls) == (self.sums[0], self.sums[1])
-        assert math.isclose(u.latency_s, self.sums[2], rel_tol=1e-9, abs_tol=1e-9)
-        # the trace: exactly one event per step, of the step's kind (plus "budget" when the budget ran out)
+        # the trace: one event per step, of the step's kind (a replan may first record a fallback; "budget" may follow)
         new = u.trace[self.trace_len :]
         self.trace_len = len(u.trace)
         legal = bool(mask_before[action] > 0)
         assert info["illegal_action"] is (not legal)
-        assert info["event"] == ("illegal" if not legal else u.decode_action(action)[0])
-        assert new[0][0] == info["event"], (new, info["event"])
-        extra = [e[0] for e in new[1:]]
-        assert extra in ([], ["budget"]), extra
-        if extra:
-            assert terminated and u.tokens > u.config.token_budget
-        event = new[0]
-        kind = event[0]
-        assert kind in _EVENT_KINDS
+        kind = "illegal" if not legal else u.decode_action(action)[0]
+        assert info["event"] == kind
+        kinds = [e[0] for e in new]
+        main = kinds.index(kind)
+        assert kinds[:main] == (["plan_fallback"] if kind == "replan" and main else []), kinds
+        assert kinds[main + 1 :] in ([], ["budget"]), kinds
+        event = new[main]
+        # what the step cost: the pending charge (the planner at reset) plus the step's own work
+        cost = info["cost"]
+        assert type(cost["tokens"]) is int and type(cost["calls"]) is int and type(cost["latency_s"]) is float
+        p_tokens, p_calls, p_latency = self.pending
+        own = (cost["tokens"] - p_tokens, cost["calls"] - p_calls, cost["latency_s"] - p_latency)
+        assert own[0] >= 0 and own[1] >= 0 and own[2] >= -1e-9, (cost, self.pending)
+        price = 1.0
+        failed, retries, fallbacks = (u.failed_calls, u.call_retries, u.retrieval_fallbacks)
+        d_failed, d_retries, d_fallbacks = (
+            failed - self.counters[0],
+            retries - self.counters[1],
+            fallbacks - self.counters[2],
+        )
         if kind == "dispatch":
-            rec = event[3]
-            assert event[2] == u.decode_action(action)[1]
-            assert cost["calls"] == rec.attempts == info["backend_attempts"] >= 1
-            assert cost["tokens"] == rec.prompt_tokens + rec.completion_tokens
-            assert math.isclose(cost["latency_s"], rec.latency_s)
-            assert info["call_failed"] is rec.failed
-            assert info["call_error"] == rec.error
+            _, i, w, rec = event
+            assert (i, w) == (self.current, u.decode_action(action)[1]) and rec.worker == w
+            price = cfg.workers[w].price
+            assert (own[0], own[1]) == (rec.cost.tokens, rec.cost.calls) and math.isclose(own[2], rec.cost.latency_s)
+            assert rec.cost.calls == rec.attempts == info["backend_attempts"] >= 1
+            assert rec.attempts <= cfg.backend_retries + 1
+            assert info["call_failed"] is rec.failed and info["call_error"] == rec.error
+            assert (rec.error != "") is rec.failed
             assert info["retrieval_fallback"] is rec.retrieval_fallback
-            assert (rec.error is not None) is rec.failed
+            assert (d_failed, d_retries, d_fallbacks) == (int(rec.failed), rec.attempts - 1, int(rec.retrieval_fallback))
             if rec.failed:
-                assert rec.text == "" and rec.completion_tokens == 0 and u.results[event[1]] is None
+                assert rec.text == "" and rec.confidence is None and rec.cost.completion_tokens == 0
+                assert u.results[i] is None
+            else:
+                assert u.results[i] is rec and u.done_stack[-1] == i and u.verdicts[i] == []
+                assert rec.confidence is None or 0.0 <= rec.confidence <= 1.0
             if rec.retrieval_fallback:
                 assert rec.retrieved == () and not rec.used_retrieval
-            assert 0.0 <= rec.confidence <= 1.0
+            assert len(rec.retrieved) <= cfg.workers[w].top_k
         elif kind == "verify":
-            assert cost["calls"] == event[3] == info["backend_attempts"] >= 1
-            assert info["call_failed"] is (event[2] is None) is (event[4] is not None)
-            assert info["retrieval_fallback"] is False
+            check = event[1]
+            w = u.decode_action(action)[1]
+            assert (check.worker, check.step) == (w, self.top) and w in u.verified_by[check.step]
+            price = cfg.workers[w].price
+            assert (own[0], own[1]) == (check.cost.tokens, check.cost.calls) and math.isclose(own[2], check.cost.latency_s)
+            assert check.cost.calls == check.attempts == info["backend_attempts"] >= 1
+            assert info["call_failed"] is check.failed and info["call_error"] == check.error
+            assert (check.error != "") is check.failed
+            assert (check.verdict == "") is check.failed
+            assert check.failed or check.verdict in ("ok", "flagged", "unsure")
+            if not check.failed:
+                assert u.verdicts[check.step][-1] == check.verdict
+            # whether a verifier's retrieval fault counts as a fallback is the env's call: at most one per verification
+            assert (d_failed, d_retries) == (int(check.failed), check.attempts - 1) and d_fallbacks in (0, 1)
         elif kind == "replan":
-            assert cost["calls"] == 1 and not info["call_failed"] and info["backend_attempts"] == 0
+            price = PLANNER_PRICE
+            planner_calls = own[1] - d_retries
+            assert planner_calls == (1 if u.plan.source == "planner" else 2), (own, d_retries, u.plan.source)
+            assert 0 <= d_failed <= planner_calls and d_fallbacks == 0
+            assert own[0] > 0 and own[2] > 0 and event[1] is u.plan
+            assert info["backend_attempts"] >= 0
         else:  # rollback, submit, illegal: no call
-            assert cost == {"tokens": 0, "calls": 0, "latency_s": 0.0}
-            assert info["backend_attempts"] == 0 and not info["call_failed"] and not info["retrieval_fallback"]
-        if kind == "illegal":
-            assert terms["illegal"] == -u.config.reward.illegal_action_penalty
-        else:
-            assert terms["illegal"] == 0.0
+            if kind == "rollback":
+                assert own == (cfg.rollback_tokens, 0, 0.0) and event[1] == self.top and u.results[self.top] is None
+            else:
+                assert own == (0, 0, 0.0)
+            assert (d_failed, d_retries, d_fallbacks) == (0, 0, 0)
+            assert info["backend_attempts"] == 0 and not info["call_failed"] and info["call_error"] == ""
+            assert not info["retrieval_fallback"]
+        if kind == "replan":
+            _plan_checks(u, obs, kinds.count("plan_fallback"))
+        # the reward's cost terms price the pending charge at the planner's price and the step's own tokens at its
+        expected_tokens = -cfg.reward.token_weight * (PLANNER_PRICE * p_tokens + price * own[0]) / 1000.0
+        assert math.isclose(terms["tokens"], expected_tokens, rel_tol=1e-9, abs_tol=1e-12), (terms, expected_tokens)
+        assert math.isclose(terms["calls"], -cfg.reward.call_weight * cost["calls"], rel_tol=1e-9, abs_tol=1e-12)
+        assert math.isclose(terms["latency"], -cfg.reward.latency_weight * cost["latency_s"], rel_tol=1e-9, abs_tol=1e-12)
+        assert terms["illegal"] == (-cfg.reward.illegal_action_penalty if kind == "illegal" else 0.0)
         if kind == "submit":
-            assert terminated and terms["success"] == event[3]
+            assert terminated and terms["success"] == event[2] == u.score
         else:
             assert terms["success"] == 0.0
+        # running sums agree with the env's counters
+        self.sums[0] += own[0]
+        self.sums[1] += own[1]
+        self.sums[2] += own[2]
+        assert (u.tokens, u.calls) == (self.sums[0], self.sums[1])
+        assert math.isclose(u.latency_s, self.sums[2], rel_tol=1e-9, abs_tol=1e-9)
         # counters agree with the whole trace
-        events = [e for e in u.trace if e[0] in _EVENT_KINDS]
+        events = [e for e in u.trace if e[0] in STEP_EVENTS]
         assert u.steps == len(events)
         dispatches = [e for e in events if e[0] == "dispatch"]
-        verifies = [e for e in events if e[0] == "verify"]
-        assert int(u.worker_calls.sum()) == len(dispatches)
+        verifies = [e[1] for e in events if e[0] == "verify"]
         for w in range(len(u.workers)):
             assert u.worker_calls[w] == sum(1 for e in dispatches if e[2] == w)
-        assert u.failed_calls == sum(e[3].failed for e in dispatches) + sum(e[2] is None for e in verifies)
-        assert u.call_retries == sum(e[3].attempts - 1 for e in dispatches) + sum(e[3] - 1 for e in verifies)
-        assert u.retrieval_fallbacks == sum(e[3].retrieval_fallback for e in dispatches)
+            assert u.worker_verifications[w] == sum(1 for v in verifies if v.worker == w)
         assert u.illegal_actions == sum(1 for e in events if e[0] == "illegal")
         assert u.replans == sum(1 for e in events if e[0] == "replan")
         # since the last replan (or reset), the plan's attempts count its dispatches
-        start = max((k for k, e in enumerate(u.trace) if e[0] in ("reset", "replan")), default=0)
-        since = [e for e in u.trace[start:] if e[0] == "dispatch"]
-        assert sum(u.attempts) == len(since)
+        start = max(k for k, e in enumerate(u.trace) if e[0] in ("reset", "replan"))
+        assert sum(u.attempts) == sum(1 for e in u.trace[start:] if e[0] == "dispatch")
         # termination
         assert not (terminated and truncated)
+        if "budget" in kinds:
+            assert terminated and kind != "submit" and u.tokens > u.token_budget and u.budget_exhausted
         if truncated:
             assert u.steps >= u.step_limit
         ended = terminated or truncated
         if ended:
             stats = info["episode_stats"]
-            assert stats["failed_calls"] == u.failed_calls and stats["calls"] == u.calls
-            assert stats["call_retries"] == u.call_retries and stats["retrieval_fallbacks"] == u.retrieval_fallbacks
+            assert {k: type(v) for k, v in stats.items()} == EPISODE_STATS
+            assert stats["family"] == u.task.family and stats["steps"] == u.steps
+            assert (stats["tokens"], stats["calls"], stats["failed_calls"]) == (u.tokens, u.calls, u.failed_calls)
+            assert (stats["call_retries"], stats["retrieval_fallbacks"]) == (u.call_retries, u.retrieval_fallbacks)
+            assert stats["budget_exhausted"] is ("budget" in kinds)
+            assert stats["success"] is u.success and stats["score"] == u.score
             assert not obs["action_mask"].any()
         else:
             assert "episode_stats" not in info
             assert obs["action_mask"][u.A_SUBMIT] == 1.0
         self.ended = ended
+        self.pending = (0, 0, 0.0)
+        self.counters = (failed, retries, fallbacks)
+        self.current = u.current_step
+        self.top = u.done_stack[-1] if u.done_stack else None
 
 
 def _space_diff(env: Any, obs: dict) -> str:

@@ -1,9 +1,10 @@
 """Bad input, tried systematically (hypothesis).
 
-- Random valid configs with random action sequences (legal and illegal), with and without injected backend and
-  retriever faults, never crash the env: every observation lies in the observation space, rewards are finite and
-  equal the sum of their breakdown, and the episode trace agrees step by step with what was done and charged
-  (``tests/reliability_helpers.EpisodeChecker``).
+- Random valid configs with random action sequences (legal and illegal), with and without injected faults in
+  planner, worker and verifier calls and in retrievers, never crash the env: every observation lies in the
+  observation space, rewards are finite and equal the sum of their breakdown, and the episode trace agrees step
+  by step with what was done and charged (``tests/reliability_helpers.EpisodeChecker``).
+- Any planner reply, however broken, either parses as a valid plan or raises ``PlanError``.
 - Random invalid configs always raise ``ValueError``/``TypeError`` at construction, from the validation code,
   with a message that names the field.
 - ``reset(options=...)`` and ``step(action)`` reject malformed input clearly and leave the env usable.
@@ -15,6 +16,7 @@ task-embedding files of the random task pools go to a temporary cache directory.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import string
@@ -29,11 +31,14 @@ from hypothesis import strategies as st
 
 import edo_gym  # noqa: F401  (registers EDO-v0)
 import edo_gym.retrieval.store as store_mod
-from edo_gym.agents.backend import SimulatedBackend
+from edo_gym.agents.planner import PlanError, parse_plan, plan_to_json
 from edo_gym.config import (
+    DOMAINS,
     FAMILIES,
     ILLEGAL_ACTION_MODES,
     MODEL_SIZES,
+    PLANNER_ERRORS,
+    RETRIEVAL_ABLATIONS,
     RETRIEVAL_DECIDERS,
     RETRIEVER_MODES,
     SUBTASK_TYPES,
@@ -48,9 +53,14 @@ from edo_gym.envs.edo_env import EDOEnv, _world
 from edo_gym.retrieval.store import RetrievalService
 
 try:
-    from tests.reliability_helpers import EpisodeChecker, FailingRetriever, FaultyBackend
+    from tests.reliability_helpers import EpisodeChecker, FailingRetriever, FaultyBackend, simulated_backend
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from reliability_helpers import EpisodeChecker, FailingRetriever, FaultyBackend  # type: ignore[no-redef]
+    from reliability_helpers import (  # type: ignore[no-redef]
+        EpisodeChecker,
+        FailingRetriever,
+        FaultyBackend,
+        simulated_backend,
+    )
 
 DEFAULT_WORKERS = default_workers()
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]}
@@ -90,7 +100,10 @@ def worker_specs(draw):
                 w,
                 size=draw(st.sampled_from(MODEL_SIZES)),
                 skills={t: draw(prob) for t in SUBTASK_TYPES},
-                parametric_knowledge=draw(prob),
+                domain_skills=draw(st.dictionaries(st.sampled_from(DOMAINS), prob, max_size=3)),
+                price=draw(st.floats(0.0, 8.0)),
+                memory_coverage=draw(prob),
+                memory_accuracy=draw(prob),
                 format_drift=draw(prob),
                 abstain_rate=draw(prob),
                 top_k=draw(st.integers(1, 6)),
@@ -113,20 +126,30 @@ def valid_kwargs(draw, cache_dir: str):
         "split": draw(st.sampled_from(TASK_SPLITS)),
         "test_fraction": draw(st.sampled_from([0.2, 0.5])),
     }
-    error_weights = draw(st.tuples(weight, weight, weight, weight).map(lambda w: w if sum(w) > 0.01 else (1.0, *w[1:])))
+    error_weights = draw(st.tuples(*[weight] * len(PLANNER_ERRORS)).map(lambda w: w if sum(w) > 0.01 else (1.0, *w[1:])))
     return {
         "tasks": tasks,
-        "planner": {"error_rate": draw(prob), "error_weights": error_weights, "overhead_tokens": draw(st.integers(0, 400))},
+        "planner": {
+            "error_rate": draw(prob),
+            "error_weights": error_weights,
+            "malformed_rate": draw(st.sampled_from([0.0, 0.02, 0.5, 1.0])),
+            "confidence_mean_faithful": draw(prob),
+            "confidence_mean_unfaithful": draw(prob),
+            "confidence_sd": draw(prob),
+        },
         "workers": draw(worker_specs()),
         "retrieval": {
             "cache_dir": cache_dir,
             "mode": draw(st.sampled_from(["shared"] * 5 + ["per_worker"])),
             "task_embedding_dim": draw(st.integers(1, 48)),
             "latency_s": draw(st.floats(0.0, 1.0)),
+            "ablation": draw(st.sampled_from(RETRIEVAL_ABLATIONS)),
         },
         "reward": {
             "success_reward": draw(st.floats(0.01, 10.0)),
+            "hop_bonus": draw(st.floats(0.0, 2.0)),
             "partial_credit": draw(prob),
+            "write_f1_threshold": draw(st.floats(0.05, 1.0)),
             "token_weight": draw(weight),
             "call_weight": draw(weight),
             "latency_weight": draw(weight),
@@ -134,13 +157,14 @@ def valid_kwargs(draw, cache_dir: str):
         },
         "retrieval_decider": draw(st.sampled_from(RETRIEVAL_DECIDERS)),
         "max_steps": draw(st.one_of(st.none(), st.integers(1, 30))),
-        "token_budget": draw(st.one_of(st.just(20_000), st.integers(2000, 30000), st.integers(1, 2000))),
+        "token_budget": draw(st.sampled_from([None, None, 20_000]) | st.integers(2000, 30000) | st.integers(1, 2000)),
+        "token_budget_per_subtask": draw(st.sampled_from([500, 2000]) | st.integers(1, 2000)),
         "latency_budget_s": draw(st.floats(0.1, 100.0)),
         "max_replans": draw(st.integers(0, 3)),
         "enable_replan": draw(st.booleans()),
         "enable_verify": draw(st.sampled_from([True, True, False])),
-        "verify_recall": draw(prob),
-        "verify_false_alarm": draw(prob),
+        "rollback_tokens": draw(st.integers(0, 500)),
+        "entity_link_threshold": draw(st.floats(0.5, 1.0)),
         "history_len": draw(st.integers(0, 6)),
         "backend_retries": draw(st.integers(0, 3)),
         "backend_backoff_s": draw(st.floats(0.0, 2.0)),
@@ -149,7 +173,7 @@ def valid_kwargs(draw, cache_dir: str):
 
 
 # the kind of each action: a legal action of that kind when there is one (else an illegal one), or any index
-ACTION_KINDS = ("dispatch", "dispatch", "dispatch", "verify", "rollback", "replan", "submit", "any")
+ACTION_KINDS = ("dispatch", "dispatch", "dispatch", "verify", "verify", "rollback", "replan", "submit", "any")
 actions = st.lists(st.sampled_from(ACTION_KINDS), min_size=8, max_size=60)
 
 
@@ -159,12 +183,16 @@ def pick_action(env, kind: str, mask: np.ndarray, rng: np.random.Generator) -> i
         return int(rng.integers(u.n_actions))
     if kind == "dispatch":
         candidates = np.arange(u.n_dispatch)
+    elif kind == "verify":
+        candidates = np.arange(u.A_VERIFY, u.A_ROLLBACK)
     else:
-        candidates = np.array(
-            [{"verify": u.A_VERIFY, "rollback": u.A_ROLLBACK, "replan": u.A_REPLAN, "submit": u.A_SUBMIT}[kind]]
-        )
+        candidates = np.array([{"rollback": u.A_ROLLBACK, "replan": u.A_REPLAN, "submit": u.A_SUBMIT}[kind]])
     legal = candidates[mask[candidates] > 0]
     return int(rng.choice(legal if len(legal) else candidates))
+
+
+def plan_source(env) -> str:
+    return env.unwrapped.plan.source
 
 
 def run_actions(env, plan, data_seed: int) -> int:
@@ -173,7 +201,7 @@ def run_actions(env, plan, data_seed: int) -> int:
     checker.after_reset(env, obs, info)
     rng = np.random.default_rng(data_seed)
     episodes = 0
-    seen: set[str] = set()
+    seen = {f"{plan_source(env)} plan"}
     for k, kind in enumerate(plan):
         mask = info["action_mask"]
         a = pick_action(env, kind, mask, rng)
@@ -184,13 +212,18 @@ def run_actions(env, plan, data_seed: int) -> int:
             seen.add("failed call")
         if info["retrieval_fallback"]:
             seen.add("retrieval fallback")
+        if info["event"] == "replan":
+            seen.add(f"{plan_source(env)} plan")
         if terminated or truncated:
             seen.add("terminated" if terminated else "truncated")
+            if info["episode_stats"]["budget_exhausted"]:
+                seen.add("budget exhausted")
             episodes += 1
             with pytest.raises(RuntimeError, match="after the episode ended"):
                 env.step(a)
             obs, info = env.reset(seed=data_seed + k + 1)
             checker.after_reset(env, obs, info)
+            seen.add(f"{plan_source(env)} plan")
     text = env.render()
     assert text is not None and text.splitlines()[-1].startswith("  totals:")
     for name in sorted(seen):  # shown by --hypothesis-show-statistics
@@ -204,12 +237,7 @@ def test_random_valid_configs_and_actions_never_break_the_env(env_setup, data):
     kwargs = data.draw(valid_kwargs(env_setup["cache_dir"]), label="config")
     fault_rate = data.draw(st.sampled_from([0.3, 0.0, 0.6]), label="fault_rate")
     cfg = EDOConfig.from_kwargs(**kwargs)
-    backend = FaultyBackend(
-        SimulatedBackend(env_setup["world"], cfg.verify_recall, cfg.verify_false_alarm),
-        rate=fault_rate,
-        verify_rate=fault_rate,
-        seed=data.draw(st.integers(0, 1000)),
-    )
+    backend = FaultyBackend(simulated_backend(cfg), rate=fault_rate, seed=data.draw(st.integers(0, 1000)))
     if data.draw(st.booleans(), label="gym.make"):
         env = gym.make("EDO-v0", render_mode="ansi", backend=backend, **kwargs)
     else:
@@ -257,7 +285,8 @@ INT_FIELDS = {
     "tasks.min_hops": (1, 16),
     "tasks.n_tasks": (10, 200_000),
     "tasks.seed": (0, None),
-    "planner.overhead_tokens": (0, 100_000),
+    "rollback_tokens": (0, 100_000),
+    "token_budget_per_subtask": (1, 10_000_000),
     "retrieval.query_cache_size": (1, 10_000_000),
     "retrieval.result_cache_size": (1, 10_000_000),
     "retrieval.task_embedding_dim": (1, 4096),
@@ -269,13 +298,18 @@ INT_FIELDS = {
 }
 FLOAT_FIELDS = {
     "latency_budget_s": (0.0, 1e6, True),
-    "verify_recall": (0.0, 1.0, False),
-    "verify_false_alarm": (0.0, 1.0, False),
+    "entity_link_threshold": (0.0, 1.0, True),
     "backend_backoff_s": (0.0, 600.0, False),
     "backend_timeout_s": (0.0, 3600.0, True),
     "planner.error_rate": (0.0, 1.0, False),
+    "planner.malformed_rate": (0.0, 1.0, False),
+    "planner.confidence_mean_faithful": (0.0, 1.0, False),
+    "planner.confidence_mean_unfaithful": (0.0, 1.0, False),
+    "planner.confidence_sd": (0.0, 1.0, False),
     "reward.success_reward": (0.0, 1000.0, True),
+    "reward.hop_bonus": (0.0, 100.0, False),
     "reward.partial_credit": (0.0, 1.0, False),
+    "reward.write_f1_threshold": (0.0, 1.0, True),
     "reward.token_weight": (0.0, 100.0, False),
     "reward.call_weight": (0.0, 100.0, False),
     "reward.latency_weight": (0.0, 100.0, False),
@@ -288,6 +322,7 @@ CHOICE_FIELDS = {
     "illegal_action": ILLEGAL_ACTION_MODES,
     "tasks.split": TASK_SPLITS,
     "retrieval.mode": RETRIEVER_MODES,
+    "retrieval.ablation": RETRIEVAL_ABLATIONS,
 }
 BOOL_FIELDS = ("enable_replan", "enable_verify")
 # keys EDOEnv accepts, plus those gym.make consumes itself
@@ -314,8 +349,10 @@ def invalid_cases(draw):
         path = draw(st.sampled_from(sorted(INT_FIELDS)))
         low, high = INT_FIELDS[path]
         if draw(st.booleans()):
-            value = draw(
-                st.one_of(not_a_number, st.floats(), st.booleans()).filter(lambda v: v is not None or path != "max_steps")
+            value = draw(  # None is valid where the field is optional (derived from other fields)
+                st.one_of(not_a_number, st.floats(), st.booleans()).filter(
+                    lambda v: v is not None or path not in ("max_steps", "token_budget")
+                )
             )
             exc = TypeError
         else:
@@ -376,10 +413,11 @@ def invalid_cases(draw):
             st.sampled_from(
                 [
                     ((1.0, 1.0), ValueError),
-                    ((0.0,) * 4, ValueError),
-                    ((1.0, -1.0, 1.0, 1.0), ValueError),
+                    ((1.0,) * (len(PLANNER_ERRORS) + 1), ValueError),
+                    ((0.0,) * len(PLANNER_ERRORS), ValueError),
+                    ((1.0, -1.0) + (1.0,) * (len(PLANNER_ERRORS) - 2), ValueError),
                     ("drop", TypeError),
-                    ((1.0, 1.0, 1.0, "x"), TypeError),
+                    ((1.0,) * (len(PLANNER_ERRORS) - 1) + ("x",), TypeError),
                 ]
             )
         )
@@ -415,6 +453,13 @@ def invalid_workers(draw):
                 ([{**good, "skills": {"lookup": "hi", "compute": 0.5, "write": 0.5}}], TypeError, "skills['lookup']"),
                 ([{**good, "top_k": 0}], ValueError, "top_k"),
                 ([{**good, "abstain_rate": math.inf}], ValueError, "abstain_rate"),
+                ([{**good, "parametric_knowledge": 0.5}], TypeError, "'parametric_knowledge'"),  # a removed field
+                ([{**good, "domain_skills": {"weather": 0.5}}], ValueError, "domain_skills key"),
+                ([{**good, "domain_skills": {"orders": 1.5}}], ValueError, "domain_skills['orders']"),
+                ([{**good, "domain_skills": [("orders", 0.5)]}], TypeError, "domain_skills"),
+                ([{**good, "price": -1.0}], ValueError, "price"),
+                ([{**good, "memory_coverage": 1.1}], ValueError, "memory_coverage"),
+                ([{**good, "memory_accuracy": "high"}], TypeError, "memory_accuracy"),
                 ([good, good], ValueError, "unique names"),
                 ([{**good, "name": f"w{i}"} for i in range(17)], ValueError, "at most 16"),
             ]
@@ -455,6 +500,7 @@ def test_invalid_configs_fail_at_construction_with_a_clear_error(case, via_gym):
 def test_zero_budgets_and_bad_constructor_arguments():
     for kwargs, exc, needle in [
         ({"token_budget": 0}, ValueError, "token_budget"),
+        ({"token_budget_per_subtask": 0}, ValueError, "token_budget_per_subtask"),
         ({"latency_budget_s": 0.0}, ValueError, "latency_budget_s"),
         ({"max_steps": 0}, ValueError, "max_steps"),
         ({"render_mode": "rgb_array"}, ValueError, "render_mode"),
@@ -516,7 +562,7 @@ def test_reset_options_are_validated(small_env, data):
 @given(
     action=st.one_of(
         st.integers(max_value=-1),
-        st.integers(min_value=12),
+        st.integers(min_value=15),
         st.floats(),
         st.booleans(),
         st.none(),
@@ -527,7 +573,7 @@ def test_reset_options_are_validated(small_env, data):
 def test_malformed_actions_raise_and_change_nothing(small_env, action):
     env = small_env
     env.reset(seed=0)
-    assert env.n_actions == 12
+    assert env.n_actions == 15  # 4 workers: 8 dispatches, 4 verifications, rollback, replan, submit
     before = (env.steps, len(env.trace), env.tokens, env.illegal_actions)
     with pytest.raises(ValueError, match="action"):
         env.step(action)
@@ -562,3 +608,80 @@ def test_lru_cache_is_bounded_and_agrees_with_a_reference(maxsize, ops):
             assert cache.get(key) == expected
         assert len(cache) == len(ref) <= maxsize
     assert cache.hits + cache.misses == sum(1 for is_put, _, _ in ops if not is_put)
+
+
+# -- planner replies ----------------------------------------------------------------------------------------------
+json_scalar = st.one_of(st.none(), st.booleans(), st.integers(-3, 12), st.floats(allow_nan=False), st.text(max_size=12))
+json_value = st.recursive(
+    json_scalar, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=8,
+)  # fmt: skip
+valid_step = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(SUBTASK_TYPES),
+        "domain": st.sampled_from(DOMAINS),
+        "instruction": st.text(string.ascii_letters + " {}1", min_size=1, max_size=40),
+    },
+    optional={"inputs": st.lists(st.integers(1, 3), max_size=1)},
+)
+junk_step = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.one_of(st.sampled_from(SUBTASK_TYPES), json_value),
+        "domain": st.one_of(st.sampled_from(DOMAINS), json_value),
+        "instruction": st.one_of(st.text(min_size=1, max_size=40), json_value),
+        "inputs": st.one_of(st.lists(st.integers(-1, 12), max_size=3), json_value),
+    },
+)
+plan_step = st.one_of(valid_step, valid_step, valid_step, junk_step)
+
+
+@st.composite
+def planner_replies(draw) -> str:
+    """What a model might answer to a plan request: a (nearly) well-formed plan, chatty, fenced, cut off, or junk."""
+    shape = draw(st.sampled_from(["plan"] * 4 + ["any_length", "steps_junk", "object_junk"]))
+    if shape == "plan":
+        reply = {"steps": draw(st.lists(plan_step, min_size=1, max_size=4))}
+    elif shape == "any_length":
+        reply = {"steps": draw(st.lists(plan_step, max_size=14))}
+    elif shape == "steps_junk":
+        reply = {"steps": draw(json_value)}
+    else:
+        reply = draw(st.dictionaries(st.text(max_size=6), json_value))
+    text = json.dumps(reply)
+    how = draw(st.sampled_from(["as_is"] * 3 + ["chatty", "fenced", "cut", "junk"]))
+    if how == "chatty":
+        text = f"Sure! Here is the plan:\n{text}\nLet me know if you need more."
+    elif how == "fenced":
+        text = f"```json\n{text}\n```"
+    elif how == "cut":
+        text = text[: draw(st.integers(0, len(text)))]
+    elif how == "junk":
+        text = draw(st.text(max_size=80))
+    return text
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=planner_replies(), max_steps=st.integers(1, 8))
+def test_any_planner_reply_parses_as_a_valid_plan_or_raises_plan_error(text, max_steps):
+    try:
+        steps = parse_plan(text, max_steps)
+    except PlanError as exc:
+        assert str(exc)  # names what is wrong
+        event("rejected")
+        return
+    event("accepted")
+    assert 1 <= len(steps) <= max_steps
+    for k, step in enumerate(steps):
+        assert step.label in SUBTASK_TYPES and step.domain_label in DOMAINS
+        assert step.instruction and step.instruction == step.instruction.strip()
+        assert all(type(d) is int and 0 <= d < len(steps) and d != k for d in step.deps)
+        assert len(set(step.deps)) == len(step.deps)
+    # what was accepted round-trips through the planner's own JSON format
+    rendered = plan_to_json(
+        [
+            {"type": s.label, "domain": s.domain_label, "instruction": s.instruction, "inputs": [d + 1 for d in s.deps]}
+            for s in steps
+        ]
+    )
+    assert parse_plan(rendered, max_steps) == steps
