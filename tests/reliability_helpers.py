@@ -232,6 +232,7 @@ INFO_KEYS = {
     "retrieval_fallback",
 }
 EPISODE_STATS = {
+    "ended": bool,
     "success": bool,
     "score": float,
     "tokens": int,
@@ -367,7 +368,8 @@ class EpisodeChecker:
         elif kind == "verify":
             check = event[1]
             w = u.decode_action(action)[1]
-            assert (check.worker, check.step) == (w, self.top) and w in u.verified_by[check.step]
+            # a verifier that gave a verdict may not verify this result again; one whose call failed may
+            assert (check.worker, check.step) == (w, self.top) and (w in u.verified_by[check.step]) is (not check.failed)
             price = cfg.workers[w].price
             assert (own[0], own[1]) == (check.cost.tokens, check.cost.calls) and math.isclose(own[2], check.cost.latency_s)
             assert check.cost.calls == check.attempts == info["backend_attempts"] >= 1
@@ -432,17 +434,18 @@ class EpisodeChecker:
         if truncated:
             assert u.steps >= u.step_limit
         ended = terminated or truncated
+        stats = info["episode_stats"]  # on every step (strict replay buffers), final when "ended"
+        assert {k: type(v) for k, v in stats.items()} == EPISODE_STATS
+        assert stats["ended"] is ended
+        assert stats["family"] == u.task.family and stats["steps"] == u.steps
         if ended:
-            stats = info["episode_stats"]
-            assert {k: type(v) for k, v in stats.items()} == EPISODE_STATS
-            assert stats["family"] == u.task.family and stats["steps"] == u.steps
             assert (stats["tokens"], stats["calls"], stats["failed_calls"]) == (u.tokens, u.calls, u.failed_calls)
             assert (stats["call_retries"], stats["retrieval_fallbacks"]) == (u.call_retries, u.retrieval_fallbacks)
             assert stats["budget_exhausted"] is ("budget" in kinds)
             assert stats["success"] is u.success and stats["score"] == u.score
             assert not obs["action_mask"].any()
         else:
-            assert "episode_stats" not in info
+            assert stats["success"] is False
             assert obs["action_mask"][u.A_SUBMIT] == 1.0
         self.ended = ended
         self.pending = (0, 0, 0.0)

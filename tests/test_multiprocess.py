@@ -251,17 +251,8 @@ def _index_build_misses(worker_names: set[str], relations: set[str] | None, buil
 
 
 #: Why searches differ between processes (a genuine env bug, reported to the env's maintainers).
-NONDETERMINISTIC_INDEX = (
-    "env bug: edo_gym/retrieval/store.py relies on a single-thread HNSW build (_HNSW num_threads=1) giving the same "
-    "graph in every process, but with chromadb 1.5.9 two builds of the same vectors in the same order (in one process "
-    "or in two) give different graphs, and ShardRetriever.search's exact re-ranking of k + RERANK_MARGIN candidates "
-    "cannot restore a document the graph did not return: e.g. support_agent's shard, 'In which city was Rosa Voss "
-    "born?', k=2 gives (1277, 1477) exactly, (1277, 1171) or (1277, 1295) in other processes; so retrieval is "
-    "neither exact nor the same in every process"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=NONDETERMINISTIC_INDEX)
 def test_every_index_build_returns_the_exact_top_k():
     """Ten builds of the smallest default shard, searched with the queries about people (off its domains, where
     similarities are flat and an approximate graph misses most): every search must return the exact top k."""
@@ -271,7 +262,6 @@ def test_every_index_build_returns_the_exact_top_k():
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason=NONDETERMINISTIC_INDEX)
 def test_every_index_build_of_every_shard_returns_the_exact_top_k_for_every_canonical_query():
     misses = _index_build_misses({w.name for w in default_workers()}, None, builds=10)
     assert misses == []
@@ -376,18 +366,11 @@ def _assert_same_trajectories_in_fresh_processes(n_processes: int, episodes: int
         env.close()
 
 
-#: Trajectories differ only when a visited query meets a document the process's graph misses: rare in a few thousand
-#: steps, so these tests mostly pass despite the bug; they are not strict until it is fixed (then drop the markers).
-FLAKY_UNTIL_FIXED = pytest.mark.xfail(strict=False, raises=AssertionError, reason=NONDETERMINISTIC_INDEX)
-
-
-@FLAKY_UNTIL_FIXED
 @pytest.mark.timeout(300)
 def test_fresh_processes_building_their_own_index_replay_identical_trajectories():
     _assert_same_trajectories_in_fresh_processes(n_processes=2, episodes=10**6, max_steps=1000, timeout=240)
 
 
-@FLAKY_UNTIL_FIXED
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_three_fresh_processes_replay_20000_identical_steps():

@@ -503,7 +503,7 @@ def test_zero_budgets_and_bad_constructor_arguments():
         ({"token_budget_per_subtask": 0}, ValueError, "token_budget_per_subtask"),
         ({"latency_budget_s": 0.0}, ValueError, "latency_budget_s"),
         ({"max_steps": 0}, ValueError, "max_steps"),
-        ({"render_mode": "rgb_array"}, ValueError, "render_mode"),
+        ({"render_mode": "rgb"}, ValueError, "render_mode"),
         ({"config": {"max_steps": 3}}, TypeError, "config"),
         ({"backend": "simulated"}, TypeError, "backend"),
         ({"tasks": {"min_hops": 3, "max_hops": 2}}, ValueError, "max_hops"),

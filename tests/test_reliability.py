@@ -354,12 +354,6 @@ def test_a_verifier_reply_without_a_verdict_is_unsure():
     assert obs["subtasks"][0, obs_lib.C_OK] == obs["subtasks"][0, obs_lib.C_FLAG] == 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env bug: EDOEnv._verify (edo_gym/envs/edo_env.py) adds the verifier to verified_by before checking "
-    "check.failed, so a verification whose call failed (no verdict) makes verify(w) illegal for that result, "
-    "unlike a failed dispatch, which leaves the step undone and dispatch legal",
-)
 def test_a_failed_verification_leaves_the_result_unchecked_by_that_worker():
     env, backend, *_ = first_dispatch({"verifier": ["error"]})
     _, _, _, _, info = env.step(env.A_VERIFY)
@@ -369,12 +363,6 @@ def test_a_failed_verification_leaves_the_result_unchecked_by_that_worker():
     assert not info["call_failed"] and len(env.verdicts[0]) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env bug: Worker.verify (edo_gym/agents/worker.py) drops the retriever's error (`retrieved, _ = "
-    "self.search(...)`) and EDOEnv._verify reports retrieval_fallback=False, so a verifier whose retriever failed "
-    "answers without evidence and neither info['retrieval_fallback'] nor episode_stats['retrieval_fallbacks'] shows it",
-)
 def test_a_verifier_whose_retriever_fails_reports_the_fallback():
     env, backend, *_ = first_dispatch()
     env.workers[0].retriever = FailingRetriever(env.workers[0].retriever)
@@ -500,13 +488,6 @@ def test_replan_with_invalid_plans_falls_back_mid_episode_and_charges_the_planne
 DEEPLY_NESTED_PLAN = '{"steps": [' + "[" * 2000 + "]" * 2000 + "]}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="env bug: parse_plan (edo_gym/agents/planner.py) calls json.loads outside any guard, and json.loads raises "
-    "RecursionError (not JSONDecodeError) on deeply nested JSON, so a 4 kB planner reply crashes env.reset() instead "
-    "of getting the repair call",
-)
 def test_a_deeply_nested_planner_reply_is_an_invalid_plan_not_a_crash():
     class NestingPlanner:
         """Answers the first plan request with JSON nested deeper than Python's recursion limit."""
@@ -526,12 +507,6 @@ def test_a_deeply_nested_planner_reply_is_an_invalid_plan_not_a_crash():
     assert env.plan.source == "repaired"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env bug: EDOEnv.step resets _call_status to 'no call' and the replan branch (EDOEnv._make_plan, "
-    "edo_gym/envs/edo_env.py) never sets it, so a replan whose planner calls fail reports call_failed=False, "
-    "call_error='' and backend_attempts=0 although info['cost']['calls'] charges those attempts",
-)
 def test_a_replan_whose_planner_calls_fail_reports_the_failure_in_info():
     env, backend = make_env()
     env.reset(seed=0, options={"task_id": TASK_ID})
