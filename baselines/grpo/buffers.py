@@ -393,6 +393,8 @@ class GroupRolloutBuffer:
         """
         Iterate over minibatches of the kept steps (one full pass).
 
+        The kept steps are permuted once per pass (one gather per tensor); minibatches are then contiguous slices.
+
         :param batch_size: Number of steps per minibatch; None = all kept steps in a single minibatch.
             The last minibatch may be smaller.
         :param shuffle: Shuffle the steps (with torch's global RNG, seeded by SB3's ``set_random_seed``)
@@ -403,28 +405,40 @@ class GroupRolloutBuffer:
         total = self._kept.size
         if batch_size is None or batch_size <= 0:
             batch_size = max(total, 1)
-        order = th.randperm(total, device=self.device) if shuffle else th.arange(total, device=self.device)
-        for start in range(0, total, batch_size):
-            yield self._get_samples(order[start : start + batch_size])
-
-    def _get_samples(self, positions: th.Tensor) -> GroupRolloutBufferSamples:
-        t = self._tensors
-
-        def take(value: th.Tensor | None) -> th.Tensor | None:
-            return None if value is None else value[positions]
-
-        if isinstance(t["observations"], dict):
-            observations: th.Tensor | TensorDict = {key: obs[positions] for key, obs in t["observations"].items()}
+        if shuffle:
+            order = th.randperm(total, device=self.device)
+            data = {key: _gather(value, order) for key, value in self._tensors.items()}
+            ref = None if self.ref_log_probs is None else self.ref_log_probs[order]
         else:
-            observations = t["observations"][positions]
-        return GroupRolloutBufferSamples(
-            observations=observations,
-            actions=t["actions"][positions],
-            old_log_prob=t["old_log_prob"][positions],
-            advantages=t["advantages"][positions],
-            loss_weights=take(t["loss_weights"]),
-            action_masks=take(t["action_masks"]),
-            ref_log_prob=take(self.ref_log_probs),
-            positions=positions,
-            indices=self._kept[positions.cpu().numpy()],
-        )
+            order = th.arange(total, device=self.device)
+            data, ref = self._tensors, self.ref_log_probs
+        order_np = order.cpu().numpy()
+        for start in range(0, total, batch_size):
+            end = start + batch_size
+            yield GroupRolloutBufferSamples(
+                observations=_slice(data["observations"], start, end),  # type: ignore[arg-type]
+                actions=data["actions"][start:end],
+                old_log_prob=data["old_log_prob"][start:end],
+                advantages=data["advantages"][start:end],
+                loss_weights=_slice(data["loss_weights"], start, end),
+                action_masks=_slice(data["action_masks"], start, end),
+                ref_log_prob=_slice(ref, start, end),
+                positions=order[start:end],
+                indices=self._kept[order_np[start:end]],
+            )
+
+
+def _gather(value: Any, order: th.Tensor) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {key: v[order] for key, v in value.items()}
+    return value[order]
+
+
+def _slice(value: Any, start: int, end: int) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {key: v[start:end] for key, v in value.items()}
+    return value[start:end]

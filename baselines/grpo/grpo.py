@@ -79,7 +79,13 @@ class GRPOLossTerms(NamedTuple):
     policy_loss: th.Tensor
     entropy_loss: th.Tensor
     kl_ref: th.Tensor
-    clip_fraction: th.Tensor
+    #: Fraction of steps whose ratio is outside the clip interval (None when ``diagnostics=False``)
+    clip_fraction: th.Tensor | None
+    #: Approximate KL(behaviour || current), ``mean((ratio - 1) - log ratio)`` (SB3 PPO's early-stopping statistic;
+    #: None when ``diagnostics=False``)
+    approx_kl: th.Tensor | None
+    #: ``log_prob - old_log_prob`` per step, detached (for diagnostics computed later)
+    log_ratio: th.Tensor
 
 
 def grpo_loss(
@@ -93,6 +99,7 @@ def grpo_loss(
     ent_coef: float = 0.0,
     kl_coef: float = 0.0,
     loss_weights: th.Tensor | None = None,
+    diagnostics: bool = True,
 ) -> GRPOLossTerms:
     """
     GRPO loss for a minibatch of steps.
@@ -118,28 +125,49 @@ def grpo_loss(
     :param ent_coef: Entropy bonus coefficient
     :param kl_coef: Coefficient of the KL penalty to the reference policy
     :param loss_weights: Per-step weights of the loss aggregation, ``(batch,)``; None = all 1 (per-step mean)
-    :return: :class:`GRPOLossTerms`; ``clip_fraction`` is the (unweighted) fraction of steps whose ratio is outside
-        the clip interval
+    :param diagnostics: Also compute ``clip_fraction`` and ``approx_kl`` (unweighted); ``GRPO.train`` computes them
+        once per update from the stored ``log_ratio`` instead
+    :return: :class:`GRPOLossTerms`
     """
     high = clip_range if clip_range_high is None else clip_range_high
 
     def avg(values: th.Tensor) -> th.Tensor:
         return values.mean() if loss_weights is None else (loss_weights * values).mean()
 
-    ratio = th.exp(log_prob - old_log_prob)
+    log_ratio = log_prob - old_log_prob
+    ratio = th.exp(log_ratio)
     surrogate_1 = advantages * ratio
     surrogate_2 = advantages * th.clamp(ratio, 1.0 - clip_range, 1.0 + high)
     policy_loss = -avg(th.min(surrogate_1, surrogate_2))
     entropy_loss = -avg(-log_prob if entropy is None else entropy)
+    loss = policy_loss + ent_coef * entropy_loss
     if ref_log_prob is None:
         kl_ref = th.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     else:
         log_r = ref_log_prob - log_prob
         kl_ref = avg(th.exp(log_r) - log_r - 1.0)
-    loss = policy_loss + ent_coef * entropy_loss + kl_coef * kl_ref
-    with th.no_grad():
-        clip_fraction = ((ratio < 1.0 - clip_range) | (ratio > 1.0 + high)).float().mean()
-    return GRPOLossTerms(loss, policy_loss, entropy_loss, kl_ref, clip_fraction)
+        loss = loss + kl_coef * kl_ref
+    log_ratio = log_ratio.detach()
+    clip_fraction = approx_kl = None
+    if diagnostics:
+        clip_fraction, approx_kl = ratio_diagnostics(log_ratio, clip_range, high)
+    return GRPOLossTerms(loss, policy_loss, entropy_loss, kl_ref, clip_fraction, approx_kl, log_ratio)
+
+
+@th.no_grad()
+def ratio_diagnostics(log_ratio: th.Tensor, clip_range: float, clip_range_high: float) -> tuple[th.Tensor, th.Tensor]:
+    """
+    PPO's diagnostics of the probability ratios of a set of steps.
+
+    :param log_ratio: ``log pi_theta - log pi_old`` per step
+    :param clip_range: Lower clip epsilon
+    :param clip_range_high: Upper clip epsilon
+    :return: the fraction of steps whose ratio is outside ``[1 - clip_range, 1 + clip_range_high]`` and the
+        approximate KL(old || new) ``mean((ratio - 1) - log ratio)``
+    """
+    ratio = th.exp(log_ratio)
+    clip_fraction = ((ratio < 1.0 - clip_range) | (ratio > 1.0 + clip_range_high)).float().mean()
+    return clip_fraction, ((ratio - 1.0) - log_ratio).mean()
 
 
 class GRPO(OnPolicyAlgorithm):
@@ -930,14 +958,17 @@ class GRPO(OnPolicyAlgorithm):
             # kl_coef was switched on after construction: the reference is the current policy
             self._update_reference()
 
-        # per-minibatch values stay tensors until the end (no device sync per minibatch)
-        pg_losses, entropy_losses, kl_refs, clip_fractions, approx_kl_divs = [], [], [], [], []
+        # Per-minibatch values stay tensors until the end: no device sync, and the ratio diagnostics are computed once
+        pg_losses, entropy_losses, kl_refs, log_ratios = [], [], [], []
+        last_epoch_log_ratios: list[th.Tensor] = []
         loss = None
         if buffer.n_kept_steps > 0:
             if use_kl:
                 self._compute_reference_log_probs()
             continue_training = True
+            parameters = list(self.policy.parameters())
             for epoch in range(self.n_epochs):
+                last_epoch_log_ratios = []
                 for data in buffer.get(self.batch_size):
                     log_prob, entropy = self.policy.evaluate_actions(
                         data.observations,  # type: ignore[arg-type]
@@ -955,26 +986,27 @@ class GRPO(OnPolicyAlgorithm):
                         ent_coef=self.ent_coef,
                         kl_coef=self.kl_coef,
                         loss_weights=data.loss_weights,
+                        diagnostics=False,
                     )
-                    # Approximate KL(old || new) for early stopping, as in SB3 PPO
-                    with th.no_grad():
-                        log_ratio = log_prob - data.old_log_prob
-                        approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
-                    approx_kl_divs.append(approx_kl_div)
-                    if self.target_kl is not None and approx_kl_div.item() > 1.5 * self.target_kl:
-                        continue_training = False
-                        if self.verbose >= 1:
-                            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div.item():.2f}")
-                        break
+                    last_epoch_log_ratios.append(terms.log_ratio)
+                    if self.target_kl is not None:
+                        # Approximate KL(old || new) for early stopping, as in SB3 PPO
+                        approx_kl_div = ratio_diagnostics(terms.log_ratio, clip_range, clip_range_high)[1].item()
+                        if approx_kl_div > 1.5 * self.target_kl:
+                            continue_training = False
+                            if self.verbose >= 1:
+                                print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+                            break
+                    log_ratios.append(terms.log_ratio)
                     pg_losses.append(terms.policy_loss.detach())
                     entropy_losses.append(terms.entropy_loss.detach())
                     kl_refs.append(terms.kl_ref.detach())
-                    clip_fractions.append(terms.clip_fraction)
                     loss = terms.loss.detach()
 
-                    self.policy.optimizer.zero_grad()
+                    for parameter in parameters:  # optimizer.zero_grad(set_to_none=True), without its overhead
+                        parameter.grad = None
                     terms.loss.backward()
-                    th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                    th.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
                     self.policy.optimizer.step()
 
                 self._n_updates += 1
@@ -988,12 +1020,17 @@ class GRPO(OnPolicyAlgorithm):
         def _mean(values: list[th.Tensor]) -> float:
             return float(th.stack(values).float().mean().item()) if values else 0.0
 
+        clip_fraction = approx_kl = 0.0
+        if log_ratios:
+            clip_fraction = ratio_diagnostics(th.cat(log_ratios), clip_range, clip_range_high)[0].item()
+        if last_epoch_log_ratios:  # as SB3 PPO: the approximate KL of the last epoch
+            approx_kl = ratio_diagnostics(th.cat(last_epoch_log_ratios), clip_range, clip_range_high)[1].item()
         # SB3 PPO's keys (no value loss / explained variance: there is no critic)
         self.logger.record("train/policy_gradient_loss", _mean(pg_losses))
         self.logger.record("train/entropy_loss", _mean(entropy_losses))
         self.logger.record("train/kl_ref", _mean(kl_refs))
-        self.logger.record("train/clip_fraction", _mean(clip_fractions))
-        self.logger.record("train/approx_kl", _mean(approx_kl_divs))
+        self.logger.record("train/clip_fraction", clip_fraction)
+        self.logger.record("train/approx_kl", approx_kl)
         self.logger.record("train/loss", float(loss.item()) if loss is not None else 0.0)
         if hasattr(self.policy, "log_std"):
             self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
@@ -1119,4 +1156,4 @@ def _obs_at(obs: Any, env_idx: int, is_dict_obs: bool) -> Any:
     return np.array(obs[env_idx])
 
 
-__all__ = ["GRPO", "GRPOLossTerms", "Member", "grpo_loss"]
+__all__ = ["GRPO", "GRPOLossTerms", "Member", "grpo_loss", "ratio_diagnostics"]
