@@ -881,3 +881,19 @@ def test_profile_update_script_runs():
     result = time_updates(grpo, ppo, repeats=1)
     assert result["samples"]["ppo"] == 256 and result["samples"]["grpo"] > 0
     assert set(result["grpo_over_ppo"]) == {"wall", "cpu"} and all(v > 0 for v in result["grpo_over_ppo"].values())
+
+
+def test_queued_starts_in_subprocesses():
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, vec_env_cls=SubprocVecEnv, wrapper_class=GroupStartWrapper)
+    try:
+        model = GRPO("MlpPolicy", env, group_size=3, groups_per_rollout=3, seed=0)
+        model.learn(1)
+        buffer = model.rollout_buffer
+        starts, groups = buffer.observations[_first_steps(buffer)], buffer.episode_group_ids
+        assert buffer.n_episodes == 9 and model.num_timesteps == buffer.n_steps
+        for g in range(3):
+            assert np.all(starts[groups == g] == starts[groups == g][0])
+    finally:
+        env.close()

@@ -431,6 +431,8 @@ class GRPO(OnPolicyAlgorithm):
     def _setup_model(self) -> None:
         if "normalize_std" in self.__dict__:  # a model saved before scale_rewards existed
             self.scale_rewards = "group" if self.__dict__.pop("normalize_std") else "none"
+            if self.use_masking:  # its use_masking=True meant "when the env has masks", now None
+                self.use_masking = None
         for name in UNUSED_ON_POLICY_ATTRIBUTES:
             self.__dict__.pop(name, None)
         self._setup_lr_schedule()
