@@ -727,12 +727,14 @@ class GRPO(OnPolicyAlgorithm):
         self.logger.record("rollout/group_return_std", float(np.mean(buffer.group_return_std)))
         self.logger.record("rollout/truncated_fraction", float(np.mean(buffer.episode_truncated)))
 
-    def _start_member_now(self, env: VecEnv, mode: str, env_idx: int, slot: _EnvSlot, member: Member) -> tuple[Any, dict]:
-        """Reset one env into ``member`` at once (``env_method``; never through a VecEnvWrapper)."""
-        if mode == "queue":
-            obs, info = env.env_method("reset", indices=[env_idx])[0]  # the wrapper pops the queued start
-        else:
-            obs, info = env.env_method("reset", seed=member.seed, options=dict(member.options), indices=[env_idx])[0]
+    def _start_member_now(self, env: VecEnv, env_idx: int, slot: _EnvSlot, member: Member) -> tuple[Any, dict]:
+        """
+        Reset one env into ``member`` at once (``env_method``; never through a VecEnvWrapper).
+
+        In queued-start mode ``member`` is either the env's first queued start (which the wrapper pops, with the same
+        seed and options) or the env has none queued (the explicit seed and options apply).
+        """
+        obs, info = env.env_method("reset", seed=member.seed, options=dict(member.options), indices=[env_idx])[0]
         self._begin_episode(slot, member, info)
         return obs, info
 
@@ -782,7 +784,7 @@ class GRPO(OnPolicyAlgorithm):
         obs = _copy_obs(last_obs)
         for env_idx, slot in enumerate(slots):
             if state.pending:
-                start_obs, _ = self._start_member_now(env, mode, env_idx, slot, state.pending.popleft())
+                start_obs, _ = self._start_member_now(env, env_idx, slot, state.pending.popleft())
                 _set_obs(obs, env_idx, start_obs)
         return obs
 
@@ -896,7 +898,7 @@ class GRPO(OnPolicyAlgorithm):
                     self._queue_next(env, env_idx, slot, state)
                 elif can_reset_one and (slot.queued or state.pending):
                     member = slot.queued.popleft() if slot.queued else state.pending.popleft()
-                    start_obs, _ = self._start_member_now(env, mode, env_idx, slot, member)
+                    start_obs, _ = self._start_member_now(env, env_idx, slot, member)
                     _set_obs(step_obs, env_idx, start_obs)
                     if mode == "queue":
                         self._queue_next(env, env_idx, slot, state)
@@ -927,9 +929,9 @@ class GRPO(OnPolicyAlgorithm):
                 self._queue_next(env, env_idx, slot, state, n=2 if can_reset_one else 1)
                 if not can_reset_one:
                     continue  # starts at the env's next auto-reset
-                start_obs, _ = self._start_member_now(env, mode, env_idx, slot, slot.queued.popleft())
+                start_obs, _ = self._start_member_now(env, env_idx, slot, slot.queued.popleft())
             else:
-                start_obs, _ = self._start_member_now(env, mode, env_idx, slot, state.pending.popleft())
+                start_obs, _ = self._start_member_now(env, env_idx, slot, state.pending.popleft())
             _set_obs(obs, env_idx, start_obs)
         return obs
 
