@@ -172,7 +172,12 @@ def _accuracy(model, horizon: int = 8, episodes: int = 20) -> float:
 
 
 def test_step_level_credit_learns_faster_than_grpo():
-    """On a chain where every action is graded on its own, step-level credit beats episode-level credit (3k steps)."""
+    """
+    On a chain where every action is graded on its own, step-level credit beats episode-level credit (3k steps).
+
+    Both levels std-scaled (``scale_rewards="group"``), so that the step-level term weighs as much as the episode
+    level; centred only, episode returns (0..8) dwarf step-return differences and GiGPO is about GRPO here.
+    """
     accuracy = {}
     for cls in (GRPO, GiGPO):
         scores = []
@@ -185,6 +190,7 @@ def test_step_level_credit_learns_faster_than_grpo():
                 groups_per_rollout=4,
                 batch_size=64,
                 learning_rate=1e-3,
+                scale_rewards="group",
                 seed=seed,
             )
             model.learn(3_000)

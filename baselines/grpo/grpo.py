@@ -27,6 +27,8 @@ from baselines.grpo.policies import CnnPolicy, GRPOPolicy, MlpPolicy, MultiInput
 from baselines.grpo.wrappers import GroupStartWrapper
 
 GROUP_MODES = ("seed", "task_id")
+#: Default ``scale_rewards``: centring only (Dr. GRPO), chosen by measurement (baselines/grpo/NOTES.md)
+DEFAULT_SCALE_REWARDS = "none"
 # Seeds drawn for env resets are in [0, MAX_SEED)
 MAX_SEED = 2**31 - 1
 #: Inherited OnPolicyAlgorithm attributes that GRPO has no use for (never stored in a saved model)
@@ -140,7 +142,8 @@ def grpo_loss(
     surrogate_2 = advantages * th.clamp(ratio, 1.0 - clip_range, 1.0 + high)
     policy_loss = -avg(th.min(surrogate_1, surrogate_2))
     entropy_loss = -avg(-log_prob if entropy is None else entropy)
-    loss = policy_loss + ent_coef * entropy_loss
+    # without an entropy bonus its term stays out of the graph: backward has fewer nodes to visit
+    loss = policy_loss + ent_coef * entropy_loss if ent_coef != 0 else policy_loss
     if ref_log_prob is None:
         kl_ref = th.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     else:
@@ -238,12 +241,14 @@ class GRPO(OnPolicyAlgorithm):
     :param ref_update_interval: Copy the current policy into the reference every this many rollouts (updates);
         None = the reference is the initial policy forever. Only used when ``kl_coef > 0``
     :param loss_type: How per-step terms are aggregated (see :mod:`baselines.grpo.buffers`): ``"grpo"`` (mean over
-        each episode's steps, then over episodes: DeepSeekMath), ``"bnpo"`` / ``"dapo"`` (mean over steps: DAPO),
-        ``"dr_grpo"`` (sum over steps / (episodes x maximum episode length): Dr. GRPO; the maximum length is
-        ``max_episode_steps``, else the env's time limit)
+        each episode's steps, then over episodes: DeepSeekMath), ``"bnpo"`` / ``"dapo"`` (mean over steps: DAPO; the
+        default), ``"dr_grpo"`` (sum over steps / (episodes x maximum episode length): Dr. GRPO; the maximum length
+        is ``max_episode_steps``, else the env's time limit)
     :param scale_rewards: What the group-centred rewards are divided by (see :mod:`baselines.grpo.advantages`):
-        ``"group"`` (the group's std, GRPO), ``"batch"`` (the rollout's std), ``"none"`` (no division, Dr. GRPO).
-        Stds are sample stds (ddof=1) plus ``adv_eps``, as in TRL
+        ``"group"`` (the group's std, GRPO as published and TRL's default), ``"batch"`` (the rollout's std),
+        ``"none"`` (no division, Dr. GRPO; the default). Stds are sample stds (ddof=1) plus ``adv_eps``, as in TRL.
+        The defaults (``"bnpo"``, ``"none"``, ``ent_coef=0``) learned best on CartPole-v1 over 8 seeds, and std
+        scaling made GRPO collapse to "submit at once" on EDO-v0 (baselines/grpo/NOTES.md)
     :param normalize_std: Deprecated alias: True = ``scale_rewards="group"``, False = ``scale_rewards="none"``
     :param supervision: ``"outcome"`` (episode return, same advantage for all steps of an episode) or
         ``"process"`` (per-step rewards normalised over the group, then return-to-go), see ``advantages.py``
@@ -305,7 +310,7 @@ class GRPO(OnPolicyAlgorithm):
         kl_coef: float = 0.0,
         ref_update_interval: int | None = None,
         loss_type: str = "bnpo",
-        scale_rewards: str = "group",
+        scale_rewards: str = DEFAULT_SCALE_REWARDS,
         normalize_std: bool | None = None,
         supervision: str = "outcome",
         filter_zero_std_groups: bool = True,
@@ -356,7 +361,7 @@ class GRPO(OnPolicyAlgorithm):
 
         if normalize_std is not None:
             mapped = "group" if normalize_std else "none"
-            if scale_rewards not in ("group", mapped):
+            if scale_rewards not in (DEFAULT_SCALE_REWARDS, mapped):
                 raise ValueError(f"normalize_std={normalize_std} contradicts scale_rewards={scale_rewards!r}")
             warnings.warn(f"`normalize_std` is deprecated: use scale_rewards={mapped!r}", DeprecationWarning, stacklevel=2)
             scale_rewards = mapped
