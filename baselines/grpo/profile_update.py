@@ -43,6 +43,7 @@ def build_models(
     group_size: int = 8,
     seed: int = 0,
     device: str = "cpu",
+    ent_coef: float = 0.0,
 ) -> tuple[GRPO, PPO]:
     """
     A GRPO and a PPO model, each with one collected rollout of about ``samples`` steps in its buffer.
@@ -56,6 +57,7 @@ def build_models(
         n_steps=max(samples // n_envs, 2),
         batch_size=batch_size,
         n_epochs=n_epochs,
+        ent_coef=ent_coef,
         policy_kwargs=dict(net_arch=dict(pi=arch, vf=arch)),
         seed=seed,
         device=device,
@@ -75,6 +77,7 @@ def build_models(
         groups_per_rollout=groups,
         batch_size=batch_size,
         n_epochs=n_epochs,
+        ent_coef=ent_coef,
         filter_zero_std_groups=False,
         policy_kwargs=dict(net_arch=arch),
         seed=seed,
@@ -129,13 +132,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--ent-coef", type=float, default=0.0, help="entropy coefficient of both algorithms")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one GRPO update")
     parser.add_argument("--json", default=None, help="also write the result to this JSON file")
     args = parser.parse_args(argv)
 
     th.set_num_threads(args.threads)
     grpo, ppo = build_models(
-        args.env, tuple(args.net_arch), args.batch_size, args.n_epochs, args.samples, seed=args.seed, device=args.device
+        args.env,
+        tuple(args.net_arch),
+        args.batch_size,
+        args.n_epochs,
+        args.samples,
+        seed=args.seed,
+        device=args.device,
+        ent_coef=args.ent_coef,
     )
     result = time_updates(grpo, ppo, args.repeats)
     result["settings"] = vars(args) | {"torch": th.__version__}
