@@ -1,3 +1,3 @@
-from baselines.grpo import GRPO
+from baselines.grpo import GRPO, GiGPO
 
-__all__ = ["GRPO"]
+__all__ = ["GRPO", "GiGPO"]

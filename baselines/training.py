@@ -10,10 +10,11 @@ Typical use::
 or from the shell: ``edo train --algo grpo --timesteps 200000`` and ``edo evaluate runs/grpo_EDO-v0_0.zip``.
 
 Every algorithm gets the same actor ``net_arch`` (PPO/MaskablePPO get an equally sized critic,
-``net_arch=dict(pi=net_arch, vf=net_arch)``; GRPO has no critic). Stock PPO is trained without action masks:
-the env penalises illegal actions (``illegal_action_penalty``) and ignores them. MaskablePPO and GRPO use the
-env's ``action_masks()``. GRPO groups episodes by task (``group_mode="task_id"``) on envs that expose
-``num_tasks``, by reset seed otherwise.
+``net_arch=dict(pi=net_arch, vf=net_arch)``; GRPO and GiGPO have no critic). Stock PPO is trained without action
+masks: the env penalises illegal actions (``illegal_action_penalty``) and ignores them. MaskablePPO, GRPO and GiGPO
+use the env's ``action_masks()``. GRPO/GiGPO group episodes by task (``group_mode="task_id"``) on envs that expose
+``num_tasks``, by reset seed otherwise; their training envs are wrapped in ``GroupStartWrapper`` so that every
+episode starts with one reset.
 
 The held-out evaluation runs the trained model (deterministic actions) and the four heuristic policies on the
 same first ``eval_episodes`` tasks of the env's ``test`` split with the same per-episode seeds
@@ -36,7 +37,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import gymnasium as gym  # noqa: E402
 import torch as th  # noqa: E402
 from stable_baselines3.common.base_class import BaseAlgorithm  # noqa: E402
-from stable_baselines3.common.callbacks import ProgressBarCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv  # noqa: E402
 
@@ -48,13 +48,19 @@ from baselines.evaluation import (  # noqa: E402
     heldout_task_ids,
     make_eval_env,
 )
+from baselines.grpo.callbacks import RecordedStepsProgressBar  # noqa: E402
+from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
 from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
 
 #: Algorithms ``train`` knows, by name.
-ALGOS: tuple[str, ...] = ("grpo", "ppo", "maskable_ppo")
+ALGOS: tuple[str, ...] = ("grpo", "gigpo", "ppo", "maskable_ppo")
+#: The group-relative algorithms (no critic, groups of episodes).
+GROUP_ALGOS: tuple[str, ...] = ("grpo", "gigpo")
 VEC_ENV_KINDS: tuple[str, ...] = ("dummy", "subproc")
 GROUP_MODES: tuple[str | None, ...] = (None, "seed", "task_id")
 SUPERVISIONS: tuple[str, ...] = ("outcome", "process")
+LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dapo", "dr_grpo")
+SCALE_REWARDS: tuple[str | None, ...] = (None, "group", "batch", "none")
 
 
 def _algo_class(algo: str) -> type[BaseAlgorithm]:
@@ -62,6 +68,10 @@ def _algo_class(algo: str) -> type[BaseAlgorithm]:
         from baselines.grpo import GRPO
 
         return GRPO
+    if algo == "gigpo":
+        from baselines.grpo import GiGPO
+
+        return GiGPO
     if algo == "ppo":
         from stable_baselines3 import PPO
 
@@ -111,9 +121,16 @@ class TrainConfig:
     group_mode: str | None = None
     clip_range_high: float | None = None
     #: Divide group-centred returns by the group std (GRPO); False = Dr. GRPO (centring only), see the class doc.
+    #: Used when ``scale_rewards`` is None (the CLI's ``--std-normalization`` flags set it).
     normalize_std: bool = False
+    #: GRPO's ``scale_rewards`` (``"group"``, ``"batch"``, ``"none"``); None = from ``normalize_std``.
+    scale_rewards: str | None = None
+    #: GRPO's ``loss_type`` (``"grpo"``, ``"bnpo"``, ``"dapo"``, ``"dr_grpo"``), see ``baselines.grpo.buffers``.
+    loss_type: str = "bnpo"
     supervision: str = "outcome"
     kl_coef: float = 0.0
+    #: GiGPO: weight of the step-level (anchor-state) advantage.
+    step_advantage_weight: float = 1.0
     # -- PPO / MaskablePPO ----------------------------------------------------------------------------------------
     #: Steps per env per rollout (PPO rollout = ``n_steps * n_envs`` steps).
     n_steps: int = 256
@@ -172,7 +189,7 @@ class TrainConfig:
         need(is_num(self.learning_rate) and self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate!r}")
         need(is_num(self.ent_coef) and self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef!r}")
         if self.batch_size is None:
-            need(self.algo == "grpo", "batch_size=None (whole rollout) is only supported by grpo")
+            need(self.algo in GROUP_ALGOS, "batch_size=None (whole rollout) is only supported by grpo and gigpo")
         else:
             need(
                 is_int(self.batch_size) and self.batch_size >= 1,
@@ -196,9 +213,22 @@ class TrainConfig:
             f"clip_range_high must be > 0 or None, got {self.clip_range_high!r}",
         )
         need(self.supervision in SUPERVISIONS, f"supervision must be one of {list(SUPERVISIONS)}, got {self.supervision!r}")
+        need(
+            self.scale_rewards in SCALE_REWARDS,
+            f"scale_rewards must be one of {list(SCALE_REWARDS)}, got {self.scale_rewards!r}",
+        )
+        need(self.loss_type in LOSS_TYPES, f"loss_type must be one of {list(LOSS_TYPES)}, got {self.loss_type!r}")
+        need(
+            is_num(self.step_advantage_weight) and self.step_advantage_weight >= 0,
+            f"step_advantage_weight must be >= 0, got {self.step_advantage_weight!r}",
+        )
+        need(
+            self.algo != "gigpo" or self.supervision == "outcome",
+            "gigpo needs supervision='outcome' (its step level replaces process supervision)",
+        )
         need(is_num(self.kl_coef) and self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef!r}")
         need(is_int(self.n_steps) and self.n_steps >= 1, f"n_steps must be an int >= 1, got {self.n_steps!r}")
-        if self.algo != "grpo" and self.batch_size is not None:
+        if self.algo not in GROUP_ALGOS and self.batch_size is not None:
             need(self.n_steps * self.n_envs >= 2, "n_steps * n_envs must be >= 2 for PPO")
         need(is_num(self.gamma) and 0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma!r}")
         need(is_num(self.gae_lambda) and 0 <= self.gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {self.gae_lambda!r}")
@@ -273,25 +303,6 @@ class TrainResult:
         }
 
 
-class RecordedStepsProgressBar(ProgressBarCallback):
-    """SB3's progress bar, advanced by the algorithm's recorded ``num_timesteps``.
-
-    SB3's own bar adds ``n_envs`` per vectorized step; GRPO steps some envs without recording the steps (envs
-    without a group member at the end of a rollout, or idle envs of a synchronous wave), so that bar runs ahead
-    of ``num_timesteps`` (it showed 2.2x the recorded steps on EDO-v0 with wave-only collection). This one does not.
-    """
-
-    def _on_training_start(self) -> None:
-        super()._on_training_start()
-        self._start = self.model.num_timesteps
-
-    def _on_step(self) -> bool:
-        done = self.model.num_timesteps - self._start
-        if done > self.pbar.n:
-            self.pbar.update(done - self.pbar.n)
-        return True
-
-
 def count_parameters(model: BaseAlgorithm) -> int:
     """Trainable parameters of ``model.policy``."""
     return sum(p.numel() for p in model.policy.parameters() if p.requires_grad)
@@ -321,7 +332,11 @@ def make_train_env(cfg: TrainConfig) -> VecEnv:
     vec_cls = DummyVecEnv if cfg.vec_env == "dummy" else SubprocVecEnv
     # make_vec_env would ask for render_mode="rgb_array", which EDO does not support
     env_kwargs = {"render_mode": None, **cfg.env_kwargs}
-    return make_vec_env(cfg.env_id, n_envs=cfg.n_envs, seed=cfg.seed, vec_env_cls=vec_cls, env_kwargs=env_kwargs)
+    # GRPO/GiGPO queue each episode's start in the env, so that the VecEnv's auto-reset is its only reset
+    wrapper_class = GroupStartWrapper if cfg.algo in GROUP_ALGOS else None
+    return make_vec_env(
+        cfg.env_id, n_envs=cfg.n_envs, seed=cfg.seed, vec_env_cls=vec_cls, env_kwargs=env_kwargs, wrapper_class=wrapper_class
+    )
 
 
 def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
@@ -339,10 +354,12 @@ def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
         seed=cfg.seed,
         device=cfg.device,
     )
-    if cfg.algo == "grpo":
+    if cfg.algo in GROUP_ALGOS:
         group_mode = cfg.group_mode
         if group_mode is None:
             group_mode = "task_id" if _has_num_tasks(env) else "seed"
+        if cfg.algo == "gigpo":
+            common["step_advantage_weight"] = cfg.step_advantage_weight
         return cls(
             policy,
             env,
@@ -352,7 +369,8 @@ def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
             clip_range=cfg.clip_range,
             clip_range_high=cfg.clip_range_high,
             kl_coef=cfg.kl_coef,
-            normalize_std=cfg.normalize_std,
+            loss_type=cfg.loss_type,
+            scale_rewards=cfg.scale_rewards or ("group" if cfg.normalize_std else "none"),
             supervision=cfg.supervision,
             group_mode=group_mode,
             policy_kwargs=dict(net_arch=list(cfg.net_arch)),
@@ -471,7 +489,7 @@ def infer_algo(path: str | os.PathLike) -> str:
     except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
         raise ValueError(f"{path} is not a model saved by Stable-Baselines3 ({exc}); pass algo= explicitly") from exc
     if "group_size" in data and "groups_per_rollout" in data:
-        return "grpo"
+        return "gigpo" if "step_advantage_weight" in data else "grpo"
     policy_module = str(data.get("policy_class", {}).get("__module__", ""))
     if policy_module.startswith("sb3_contrib.common.maskable"):
         return "maskable_ppo"

@@ -1,12 +1,16 @@
 """Tests for the GRPO baseline (baselines/grpo)."""
 
+import json
+import zipfile
+
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
 from sb3_contrib.common.maskable.evaluation import evaluate_policy as maskable_evaluate_policy
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.env_util import is_wrapped, make_vec_env
 from stable_baselines3.common.envs import (
     FakeImageEnv,
     IdentityEnv,
@@ -15,18 +19,22 @@ from stable_baselines3.common.envs import (
     IdentityEnvMultiDiscrete,
 )
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from baselines import GRPO
+from baselines.grpo import GroupStartWrapper, RecordedStepsProgressBar
 from baselines.grpo.advantages import (
     compute_group_advantages,
     discounted_return_to_go,
     outcome_advantages,
     process_advantages,
+    segment_return_to_go,
     tied_groups,
 )
 from baselines.grpo.buffers import GroupRolloutBuffer
 from baselines.grpo.grpo import grpo_loss
-from baselines.grpo.policies import GRPOPolicy, MultiInputGRPOPolicy
+from baselines.grpo.policies import GRPOPolicy, MultiInputGRPOPolicy, categorical_log_prob_entropy
 
 try:
     from tests.toy_envs import IllegalActionError, MaskedTaskEnv, NoTaskEnv
@@ -38,39 +46,63 @@ th.set_num_threads(1)
 SMALL = {"group_size": 4, "groups_per_rollout": 2, "batch_size": 64, "n_epochs": 2}
 
 
-def toy_vec_env(n_envs: int = 2, seed: int = 0, **env_kwargs):
-    return make_vec_env(MaskedTaskEnv, n_envs=n_envs, seed=seed, env_kwargs=env_kwargs)
+def toy_vec_env(n_envs: int = 2, seed: int = 0, wrapper_class=None, **env_kwargs):
+    return make_vec_env(MaskedTaskEnv, n_envs=n_envs, seed=seed, env_kwargs=env_kwargs, wrapper_class=wrapper_class)
 
 
 def toy_envs(vec_env) -> list[MaskedTaskEnv]:
     return [e.unwrapped for e in vec_env.envs]
 
 
+S = 1 / np.sqrt(3)  # sample std (ddof=1) of [1, 0, 0, 1] and of [1, 0, 0]
+EPS = 1e-4
+
+
 # ----------------------------------------------------------------------------- advantages
 def test_outcome_advantages_by_hand():
-    np.testing.assert_allclose(outcome_advantages([1, 0, 0, 1]), [1, -1, -1, 1], atol=1e-6)
+    # returns [1, 0, 0, 1]: mean 0.5, sample std (ddof=1) sqrt(1/3)
+    np.testing.assert_allclose(outcome_advantages([1, 0, 0, 1]), np.array([1, -1, -1, 1]) * 0.5 / (S + EPS))
     # Dr. GRPO: no division by std
-    np.testing.assert_allclose(outcome_advantages([1, 0, 0, 1], normalize_std=False), [0.5, -0.5, -0.5, 0.5])
-    # returns [3, 1]: mean 2, population std 1
-    np.testing.assert_allclose(outcome_advantages([3.0, 1.0]), [1.0, -1.0], atol=1e-6)
-    # returns [2, 0, 1]: mean 1, population std sqrt(2/3)
-    np.testing.assert_allclose(outcome_advantages([2, 0, 1]), [np.sqrt(1.5), -np.sqrt(1.5), 0.0], atol=1e-6)
-    # tied group -> all zeros (eps avoids division by zero)
+    np.testing.assert_allclose(outcome_advantages([1, 0, 0, 1], scale_rewards="none"), [0.5, -0.5, -0.5, 0.5])
+    # batch scaling: the group's mean, the given batch std
+    np.testing.assert_allclose(
+        outcome_advantages([3.0, 1.0], scale_rewards="batch", batch_std=2.0), [1 / (2 + EPS), -1 / (2 + EPS)]
+    )
+    # returns [2, 0, 1]: mean 1, sample std 1
+    np.testing.assert_allclose(outcome_advantages([2, 0, 1]), [1 / (1 + EPS), -1 / (1 + EPS), 0.0])
+    # tied group -> all zeros
     np.testing.assert_allclose(outcome_advantages([5, 5, 5]), [0, 0, 0])
+    with pytest.raises(ValueError, match="scale_rewards"):
+        outcome_advantages([1, 0], scale_rewards="std")
+
+
+def test_std_is_sample_std_and_eps_is_trl():
+    """ddof=1 and eps=1e-4 as TRL: two members [1, 0] give +-0.7071, and a near-tie is not blown up to +-1."""
+    np.testing.assert_allclose(outcome_advantages([1, 0]), [0.5 / (np.sqrt(0.5) + EPS), -0.5 / (np.sqrt(0.5) + EPS)])
+    near_tie = outcome_advantages([1.0, 1.0 + 2e-6])
+    assert np.abs(near_tie).max() < 0.02
 
 
 def test_process_advantages_by_hand():
-    # pooled rewards [1, 0, 0]: mean 1/3, population std sqrt(2)/3
-    # normalised: 1 -> sqrt(2), 0 -> -1/sqrt(2); return-to-go with gamma = 1
+    # pooled rewards [1, 0, 0]: mean 1/3, sample std sqrt(1/3); normalised 1 -> (2/3)/(S+eps), 0 -> -(1/3)/(S+eps)
     adv = process_advantages([[1, 0], [0]])
-    s = 1 / np.sqrt(2)
-    np.testing.assert_allclose(adv[0], [np.sqrt(2) - s, -s], atol=1e-6)
-    np.testing.assert_allclose(adv[1], [-s], atol=1e-6)
+    hi, lo = (2 / 3) / (S + EPS), -(1 / 3) / (S + EPS)
+    np.testing.assert_allclose(adv[0], [hi + lo, lo], atol=1e-9)
+    np.testing.assert_allclose(adv[1], [lo], atol=1e-9)
     # no std division, gamma = 0.5: centred rewards [2/3, -1/3], [-1/3]
-    adv = process_advantages([[1, 0], [0]], gamma=0.5, normalize_std=False)
+    adv = process_advantages([[1, 0], [0]], gamma=0.5, scale_rewards="none")
     np.testing.assert_allclose(adv[0], [2 / 3 - 0.5 / 3, -1 / 3], atol=1e-9)
     np.testing.assert_allclose(adv[1], [-1 / 3], atol=1e-9)
     np.testing.assert_allclose(discounted_return_to_go([1, 2, 3], 0.5), [2.75, 3.5, 3.0])
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_segment_return_to_go_matches_per_episode(gamma):
+    rng = np.random.default_rng(0)
+    lengths = np.array([3, 1, 5, 2])
+    rewards = rng.normal(size=lengths.sum())
+    expected = np.concatenate([discounted_return_to_go(r, gamma) for r in np.split(rewards, np.cumsum(lengths)[:-1])])
+    np.testing.assert_allclose(segment_return_to_go(rewards, lengths, gamma), expected, atol=1e-12)
 
 
 def test_tied_groups_dropped():
@@ -85,18 +117,36 @@ def test_compute_group_advantages_flat():
     episode_ids = np.array([0, 0, 1, 2, 2, 3])
     group_ids = np.array([0, 0, 0, 1, 1, 1])
     res = compute_group_advantages(rewards, episode_ids, group_ids)
-    np.testing.assert_allclose(res.advantages, [1, 1, -1, 0, 0, 0], atol=1e-6)
+    a = 0.5 / (np.sqrt(0.5) + EPS)
+    np.testing.assert_allclose(res.advantages, [a, a, -a, 0, 0, 0])
     np.testing.assert_array_equal(res.keep, [True, True, True, False, False, False])
     np.testing.assert_allclose(res.episode_returns, [1, 0, 1, 1])
-    np.testing.assert_allclose(res.group_return_std, [0.5, 0.0])
+    np.testing.assert_allclose(res.group_return_std, [np.sqrt(0.5), 0.0])
     assert res.dropped_group_fraction == 0.5
     res = compute_group_advantages(rewards, episode_ids, group_ids, filter_zero_std_groups=False)
     assert res.keep.all() and res.dropped_group_fraction == 0.0
+    # batch scaling: group means, std of all four returns [1, 0, 1, 1] (ddof=1: 0.5)
+    res = compute_group_advantages(rewards, episode_ids, group_ids, scale_rewards="batch")
+    np.testing.assert_allclose(res.advantages[:3], np.array([0.5, 0.5, -0.5]) / (0.5 + EPS))
     res = compute_group_advantages(rewards, episode_ids, group_ids, supervision="process", filter_zero_std_groups=False)
-    s = 1 / np.sqrt(2)
-    np.testing.assert_allclose(res.advantages[:3], [np.sqrt(2) - s, -s, -s], atol=1e-6)
-    # group 1 pooled rewards [1, 0, 1]: mean 2/3, std sqrt(2)/3 -> 1 -> 1/sqrt(2), 0 -> -sqrt(2)
-    np.testing.assert_allclose(res.advantages[3:], [s - np.sqrt(2), -np.sqrt(2), s], atol=1e-6)
+    hi, lo = (2 / 3) / (S + EPS), -(1 / 3) / (S + EPS)
+    np.testing.assert_allclose(res.advantages[:3], [hi + lo, lo, lo], atol=1e-9)
+    # group 1 pooled rewards [1, 0, 1]: mean 2/3, sample std sqrt(1/3)
+    np.testing.assert_allclose(res.advantages[3:], [-lo + -hi, -hi, -lo], atol=1e-9)
+    # masked (e.g. truncated) episodes are left out of the update but stay in the statistics
+    res = compute_group_advantages(rewards, episode_ids, group_ids, exclude_episodes=np.array([False, True, False, False]))
+    np.testing.assert_array_equal(res.keep, [True, True, False, False, False, False])
+    np.testing.assert_allclose(res.advantages[:2], [a, a])
+
+
+def test_tie_filter_uses_process_rewards():
+    """Equal returns but different step rewards: a process signal, so the group is kept under process supervision."""
+    rewards = np.array([1, 0, 0, 1], dtype=float)  # episodes [1, 0] and [0, 1]: both return 1
+    episode_ids = np.array([0, 0, 1, 1])
+    group_ids = np.zeros(4, dtype=int)
+    assert compute_group_advantages(rewards, episode_ids, group_ids, supervision="outcome").dropped_group_fraction == 1.0
+    res = compute_group_advantages(rewards, episode_ids, group_ids, supervision="process")
+    assert res.dropped_group_fraction == 0.0 and res.keep.all() and np.abs(res.advantages).max() > 0.1
 
 
 def test_buffer_minibatches():
@@ -118,6 +168,69 @@ def test_buffer_minibatches():
     assert set(b.observations.keys()) == {"state", "tag"} and b.observations["state"].shape == (3, 4)
     assert b.actions.dtype == th.int64 and b.action_masks.shape == (3, 4)
     np.testing.assert_allclose(np.sort(b.advantages.numpy()), np.sort(buffer.advantages[b.indices]))
+
+
+def _two_episode_buffer(**kwargs) -> GroupRolloutBuffer:
+    env = MaskedTaskEnv()
+    buffer = GroupRolloutBuffer(env.observation_space, env.action_space, **kwargs)
+    obs = np.zeros(env.observation_space.shape, dtype=np.float32)
+    buffer.add_episode(0, [obs], [0], [0.0], [1.0])  # length 1, return 1
+    buffer.add_episode(0, [obs] * 3, [0] * 3, [0.0] * 3, [0.0, 0.0, 0.0], truncated=True)  # length 3, return 0
+    buffer.compute_advantages()
+    return buffer
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+def test_loss_weights_match_trl_aggregation(loss_type):
+    """With one minibatch, mean(weights * l) is TRL's aggregation of the per-step terms l."""
+    buffer = _two_episode_buffer(loss_type=loss_type, max_episode_steps=10)
+    per_step = th.tensor([0.3, -1.0, 2.0, 0.5])  # step 0: episode 0; steps 1-3: episode 1
+    data = next(buffer.get(None, shuffle=False))
+    weights = data.loss_weights
+    loss = per_step.mean() if weights is None else (weights * per_step).mean()
+    expected = {
+        "grpo": (0.3 + (-1.0 + 2.0 + 0.5) / 3) / 2,  # per-episode mean, then mean over episodes
+        "bnpo": per_step.mean().item(),  # per-step mean
+        "dapo": per_step.mean().item(),
+        "dr_grpo": per_step.sum().item() / (2 * 10),  # constant normaliser: episodes x L_max
+    }[loss_type]
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert (weights is None) == (loss_type in ("bnpo", "dapo"))
+
+
+def test_dr_grpo_needs_a_maximum_episode_length():
+    env = MaskedTaskEnv()
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        GroupRolloutBuffer(env.observation_space, env.action_space, loss_type="dr_grpo")
+    with pytest.raises(ValueError, match="time limit"):
+        GRPO("MlpPolicy", make_vec_env(NoTaskEnv, n_envs=1), loss_type="dr_grpo")
+    assert GRPO("MlpPolicy", "CartPole-v1", loss_type="dr_grpo").rollout_buffer.max_episode_steps == 500
+    assert GRPO("MlpPolicy", "CartPole-v1", loss_type="dr_grpo", max_episode_steps=50).rollout_buffer.max_episode_steps == 50
+
+
+def test_truncated_episodes_masked_but_counted():
+    buffer = _two_episode_buffer(mask_truncated_episodes=True)
+    np.testing.assert_array_equal(buffer.keep, [True, False, False, False])
+    # the truncated episode still sets the group mean: A = (1 - 0.5) / (std + eps)
+    assert buffer.advantages[0] == pytest.approx(0.5 / (np.sqrt(0.5) + EPS), rel=1e-6)
+    assert _two_episode_buffer().keep.all()
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_fast_categorical_matches_maskable_distribution(masked):
+    from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
+
+    rng = th.Generator().manual_seed(0)
+    logits = th.randn(16, 5, generator=rng)
+    masks = th.rand(16, 5, generator=rng) > 0.4
+    masks[:, 0] = True
+    actions = th.where(masks[:, 2], th.full((16,), 2), th.zeros(16, dtype=th.long))
+    dist = MaskableCategoricalDistribution(5).proba_distribution(logits)
+    if masked:
+        dist.apply_masking(masks)
+    log_prob, entropy = categorical_log_prob_entropy(logits, actions, masks if masked else None)
+    th.testing.assert_close(log_prob, dist.log_prob(actions))
+    th.testing.assert_close(entropy, dist.entropy())
 
 
 # ----------------------------------------------------------------------------- loss
@@ -146,6 +259,9 @@ def test_loss_by_hand():
     assert terms.loss.item() == pytest.approx(0.05 - 0.075 + 0.5 * k3, abs=1e-6)
     # KL exactly zero when policy == reference
     assert grpo_loss(log_prob, old, adv, ref_log_prob=log_prob.clone(), kl_coef=1.0).kl_ref.item() == 0.0
+    # loss weights: mean(w * term); min terms 0.7, 1.2, -1.3, -0.8 with w = [2, 0, 1, 1] -> -(1.4 + 0 - 1.3 - 0.8) / 4
+    terms = grpo_loss(log_prob, old, adv, clip_range=0.2, loss_weights=th.tensor([2.0, 0.0, 1.0, 1.0]))
+    assert terms.policy_loss.item() == pytest.approx(0.7 / 4, abs=1e-6)
 
 
 def test_kl_zero_when_policy_is_reference():
@@ -176,13 +292,15 @@ def test_reference_refresh():
 
 # ----------------------------------------------------------------------------- runs
 @pytest.mark.parametrize("supervision", ["outcome", "process"])
-@pytest.mark.parametrize("normalize_std", [True, False])
-def test_run_cartpole(supervision, normalize_std):
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+def test_run_cartpole(supervision, scale_rewards, loss_type):
     model = GRPO(
         "MlpPolicy",
         make_vec_env("CartPole-v1", n_envs=3, seed=0),
         supervision=supervision,
-        normalize_std=normalize_std,
+        scale_rewards=scale_rewards,
+        loss_type=loss_type,
         clip_range_high=0.28,
         ent_coef=0.01,
         target_kl=0.05,
@@ -212,7 +330,7 @@ def test_run_cnn():
     # FakeImageEnv rewards are always 0: all groups tie, keep them to exercise the update
     model = GRPO("CnnPolicy", env, filter_zero_std_groups=False, seed=0, group_size=2, groups_per_rollout=1, batch_size=8)
     model.learn(20)
-    assert model.logger.name_to_value["train/dropped_group_fraction"] == 0.0
+    assert model.rollout_buffer.dropped_group_fraction == 0.0
 
 
 def test_run_toy_task_id_masked():
@@ -277,11 +395,12 @@ def test_task_id_mode_needs_num_tasks():
 
 
 # ----------------------------------------------------------------------------- groups and episodes
+@pytest.mark.parametrize("wrapper_class", [None, GroupStartWrapper])
 @pytest.mark.parametrize("refill_envs", [True, False])
 @pytest.mark.parametrize("group_mode", ["task_id", "seed"])
-def test_episode_boundaries_and_groups(group_mode, refill_envs):
+def test_episode_boundaries_and_groups(group_mode, refill_envs, wrapper_class):
     # n_envs=3 does not divide group_size=4: groups span waves / refills, some envs idle at the end
-    env = toy_vec_env(n_envs=3, expose_tag=True)
+    env = toy_vec_env(n_envs=3, expose_tag=True, wrapper_class=wrapper_class)
     model = GRPO("MlpPolicy", env, group_mode=group_mode, group_size=4, groups_per_rollout=3, seed=1, refill_envs=refill_envs)
     model.learn(1)
     buffer = model.rollout_buffer
@@ -314,11 +433,12 @@ def test_episode_boundaries_and_groups(group_mode, refill_envs):
         assert len(set(tasks[buffer.episode_group_ids == g])) == 1
 
 
+@pytest.mark.parametrize("wrapper_class", [None, GroupStartWrapper])
 @pytest.mark.parametrize("refill_envs", [True, False])
-def test_seed_groups_share_start_state(refill_envs):
+def test_seed_groups_share_start_state(refill_envs, wrapper_class):
     model = GRPO(
         "MlpPolicy",
-        make_vec_env("CartPole-v1", n_envs=3, seed=0),
+        make_vec_env("CartPole-v1", n_envs=3, seed=0, wrapper_class=wrapper_class),
         group_size=4,
         groups_per_rollout=3,
         seed=0,
@@ -369,7 +489,7 @@ def test_tied_groups_give_no_update():
     before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(1)
     assert model.rollout_buffer.dropped_group_fraction == 1.0
-    assert model.logger.name_to_value["train/dropped_group_fraction"] == 1.0
+    assert model.logger.name_to_value["train/kept_steps"] == 0
     assert all(th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True))
     assert model.rollout_buffer.episode_truncated.all()
 
@@ -476,3 +596,304 @@ def test_learn_cartpole():
     trained_return, _ = evaluate_policy(model, eval_env, n_eval_episodes=20, deterministic=False)
     assert random_return < 40
     assert trained_return > 100 and trained_return > 3 * random_return
+
+
+# ----------------------------------------------------------------------------- issue 10 fixes
+class ListVecEnv(VecEnv):
+    """A VecEnv written from scratch, as a user would: no per-env seed list, auto-reset without seed like SB3's."""
+
+    def __init__(self, env_fns):
+        self.envs = [fn() for fn in env_fns]
+        super().__init__(len(self.envs), self.envs[0].observation_space, self.envs[0].action_space)
+        del self._seeds, self._options  # reset() below never reads them
+
+    def _targets(self, indices):
+        return [self.envs[i] for i in self._get_indices(indices)]
+
+    def reset(self):
+        observations = []
+        for i, env in enumerate(self.envs):
+            obs, self.reset_infos[i] = env.reset()
+            observations.append(obs)
+        return np.stack(observations)
+
+    def step_async(self, actions):
+        self._actions = actions
+
+    def step_wait(self):
+        observations, rewards, dones, infos = [], [], [], []
+        for i, env in enumerate(self.envs):
+            obs, reward, terminated, truncated, info = env.step(self._actions[i])
+            info["TimeLimit.truncated"] = truncated and not terminated
+            if terminated or truncated:
+                info["terminal_observation"] = obs
+                obs, self.reset_infos[i] = env.reset()
+            observations.append(obs)
+            rewards.append(reward)
+            dones.append(terminated or truncated)
+            infos.append(info)
+        return np.stack(observations), np.array(rewards, dtype=np.float32), np.array(dones), infos
+
+    def close(self):
+        pass
+
+    def get_attr(self, attr_name, indices=None):
+        return [env.get_wrapper_attr(attr_name) for env in self._targets(indices)]
+
+    def set_attr(self, attr_name, value, indices=None):
+        for env in self._targets(indices):
+            setattr(env, attr_name, value)
+
+    def env_method(self, method_name, *method_args, indices=None, **method_kwargs):
+        return [env.get_wrapper_attr(method_name)(*method_args, **method_kwargs) for env in self._targets(indices)]
+
+    def env_is_wrapped(self, wrapper_class, indices=None):
+        return [is_wrapped(env, wrapper_class) for env in self._targets(indices)]
+
+
+class RolloutLog(BaseCallback):
+    """Keeps the logger values recorded during each rollout (they are dumped before ``learn`` returns)."""
+
+    def _on_training_start(self) -> None:
+        self.rollouts = []
+
+    def _on_rollout_end(self) -> None:
+        self.rollouts.append(dict(self.logger.name_to_value))
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def _first_steps(buffer: GroupRolloutBuffer) -> np.ndarray:
+    return np.array([np.flatnonzero(buffer.episode_ids == ep)[0] for ep in range(buffer.n_episodes)])
+
+
+def test_progress_remaining_is_clamped_at_zero():
+    """A rollout of whole groups overshoots total_timesteps; linear schedules must stop at 0, not go negative."""
+    model = GRPO("MlpPolicy", "CartPole-v1", learning_rate=lambda p: 1e-3 * p, clip_range=lambda p: 0.2 * p, seed=0, **SMALL)
+    model.learn(10)  # one rollout of 8 episodes is far more than 10 steps
+    assert model.num_timesteps > 10
+    assert model._current_progress_remaining == 0.0
+    assert model.logger.name_to_value["train/learning_rate"] == 0.0
+    assert model.logger.name_to_value["train/clip_range"] == 0.0
+    assert all(group["lr"] >= 0.0 for group in model.policy.optimizer.param_groups)
+
+
+def test_use_masking_none_true_false():
+    env = toy_vec_env(n_envs=2, strict=False)
+    model = GRPO("MlpPolicy", env, group_mode="task_id", seed=0, **SMALL)
+    model.learn(50)  # None: the env has action_masks()
+    assert model.rollout_buffer.action_masks is not None
+    assert sum(e.illegal_actions for e in toy_envs(env)) == 0
+    model.learn(100, use_masking=False)  # False: never
+    assert model.rollout_buffer.action_masks is None
+    assert sum(e.illegal_actions for e in toy_envs(env)) > 0
+    model.learn(50, use_masking=True)
+    assert model.rollout_buffer.action_masks is not None
+
+    cartpole = GRPO("MlpPolicy", "CartPole-v1", seed=0, **SMALL)
+    cartpole.learn(50)  # None: CartPole has no masks, train without
+    assert cartpole.rollout_buffer.action_masks is None
+    with pytest.raises(ValueError, match="action_masks"):
+        cartpole.learn(50, use_masking=True)
+    with pytest.raises(ValueError, match="action_masks"):
+        GRPO("MlpPolicy", "CartPole-v1", use_masking=True, **SMALL).learn(50)
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_any_vec_env_seed_groups(wrapped):
+    """Group starts go through public VecEnv API: a VecEnv without a per-env seed list still gets seed groups."""
+
+    def make():
+        env = Monitor(gym.make("CartPole-v1"))
+        return GroupStartWrapper(env) if wrapped else env
+
+    env = ListVecEnv([make] * 3)
+    assert not hasattr(env, "_seeds")
+    model = GRPO("MlpPolicy", env, group_size=4, groups_per_rollout=3, seed=0)
+    model.learn(1)
+    buffer = model.rollout_buffer
+    starts, groups = buffer.observations[_first_steps(buffer)], buffer.episode_group_ids
+    assert buffer.n_episodes == 12
+    for g in range(3):
+        assert np.all(starts[groups == g] == starts[groups == g][0])
+    assert not np.allclose(starts[groups == 0][0], starts[groups == 1][0])
+
+
+def test_vec_env_wrappers_need_group_start_wrapper():
+    """A direct per-env reset would bypass a VecEnvWrapper: refused unless the envs queue their starts."""
+    plain = VecNormalize(make_vec_env("CartPole-v1", n_envs=2, seed=0), norm_reward=False, training=False)
+    with pytest.raises(TypeError, match="GroupStartWrapper"):
+        GRPO("MlpPolicy", plain, **SMALL).learn(1)
+    env = VecNormalize(
+        make_vec_env("CartPole-v1", n_envs=3, seed=0, wrapper_class=GroupStartWrapper), norm_reward=False, training=False
+    )
+    model = GRPO("MlpPolicy", env, group_size=4, groups_per_rollout=3, seed=0, max_episode_steps=15)
+    model.learn(1)
+    buffer = model.rollout_buffer
+    starts, groups = buffer.observations[_first_steps(buffer)], buffer.episode_group_ids
+    assert buffer.n_episodes == 12
+    for g in range(3):
+        assert np.all(starts[groups == g] == starts[groups == g][0])
+
+
+def test_refilled_envs_reset_once():
+    """With queued starts the VecEnv's auto-reset is the member's only reset: no empty episode between two members."""
+    env = toy_vec_env(n_envs=2, expose_tag=True, wrapper_class=GroupStartWrapper)
+    model = GRPO("MlpPolicy", env, group_mode="task_id", group_size=4, groups_per_rollout=3, seed=0)
+    model.learn(1)
+    buffer = model.rollout_buffer
+    tags = buffer.observations[_first_steps(buffer), -3:].astype(int)
+    for toy in toy_envs(env):
+        counters = np.sort(tags[tags[:, 0] == toy.uid, 1])
+        assert counters.size >= 4
+        np.testing.assert_array_equal(np.diff(counters), 1)  # consecutive env episodes: nothing reset in between
+    # direct resets (no wrapper) waste the auto-reset: each refill shows an empty episode before the member
+    env = toy_vec_env(n_envs=2, expose_tag=True)
+    GRPO("MlpPolicy", env, group_mode="task_id", group_size=4, groups_per_rollout=3, seed=0).learn(1)
+    assert any(rec["length"] == 0 for toy in toy_envs(env) for rec in toy.episode_log[2:])
+
+
+def test_group_rng_saved_and_restored(tmp_path):
+    model = GRPO("MlpPolicy", "CartPole-v1", seed=0, **SMALL)
+    model.learn(100)
+    model.save(tmp_path / "grpo.zip")
+    loaded = GRPO.load(tmp_path / "grpo.zip", env=make_vec_env("CartPole-v1", n_envs=1))
+    continuing = model._plan_group_members(model.env, 3)
+    resumed = loaded._plan_group_members(loaded.env, 3)
+    replayed = GRPO("MlpPolicy", "CartPole-v1", seed=0, **SMALL)._plan_group_members(model.env, 3)
+    assert resumed == continuing
+    assert resumed != replayed
+
+
+def test_callbacks_see_only_recorded_steps():
+    class Count(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.steps, self.episodes, self.lengths = 0, 0, []
+
+        def _on_step(self) -> bool:
+            infos, dones = self.locals["infos"], self.locals["dones"]
+            assert len(infos) == len(dones) == len(self.locals["rewards"]) == len(self.locals["env_indices"])
+            self.steps += len(infos)
+            self.episodes += int(np.sum(dones))
+            self.lengths += [info["episode"]["l"] for info in infos if "episode" in info]
+            return True
+
+    # 6 members on 4 envs: envs idle (and keep playing unrecorded episodes) at the end of the rollout
+    model = GRPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), group_size=3, groups_per_rollout=2, seed=0)
+    callback = Count()
+    model.learn(1, callback=callback)
+    buffer = model.rollout_buffer
+    assert callback.steps == model.num_timesteps == buffer.n_steps
+    assert callback.episodes == buffer.n_episodes == 6
+    assert sorted(callback.lengths) == sorted(buffer.episode_lengths.tolist())
+    # learn(progress_bar=True) counts recorded steps too
+    bars = [c for c in model._init_callback(None, progress_bar=True).callbacks if isinstance(c, RecordedStepsProgressBar)]
+    assert len(bars) == 1
+
+
+def test_logger_uses_sb3_keys():
+    model = GRPO("MlpPolicy", "CartPole-v1", seed=0, **SMALL)
+    log = RolloutLog()
+    model.learn(1, callback=log)
+    keys = model.logger.name_to_value
+    for key in (
+        "train/policy_gradient_loss",
+        "train/entropy_loss",
+        "train/approx_kl",
+        "train/clip_fraction",
+        "train/loss",
+        "train/learning_rate",
+        "train/clip_range",
+        "train/n_updates",
+    ):
+        assert key in keys, key
+    assert "train/policy_loss" not in keys and "train/value_loss" not in keys
+    assert {"rollout/groups_drawn", "rollout/dropped_group_fraction"} <= set(log.rollouts[0])
+
+
+def test_no_unused_hyperparameters_saved(tmp_path):
+    model = GRPO("MlpPolicy", "CartPole-v1", seed=0, **SMALL)
+    model.learn(1)
+    model.save(tmp_path / "grpo.zip")
+    with zipfile.ZipFile(tmp_path / "grpo.zip") as archive:
+        data = json.loads(archive.read("data").decode("utf-8"))
+    for name in ("n_steps", "gae_lambda", "vf_coef", "rollout_buffer_class", "rollout_buffer_kwargs"):
+        assert name not in data and not hasattr(model, name)
+    assert {"group_size", "loss_type", "scale_rewards", "_group_rng_state"} <= set(data)
+    assert not hasattr(GRPO.load(tmp_path / "grpo.zip"), "n_steps")
+
+
+@pytest.mark.parametrize("wrapper_class", [None, GroupStartWrapper])
+def test_dynamic_sampling_draws_until_informative(wrapper_class):
+    # one step per episode, two legal actions: a group of 2 ties half of the time
+    env = toy_vec_env(n_envs=4, horizon=1, wrapper_class=wrapper_class)
+    model = GRPO("MlpPolicy", env, group_mode="task_id", group_size=2, groups_per_rollout=4, dynamic_sampling=True, seed=0)
+    log = RolloutLog()
+    model.learn(1, callback=log)
+    stats, buffer = log.rollouts[0], model.rollout_buffer
+    assert stats["rollout/informative_groups"] >= 4
+    assert 4 < stats["rollout/groups_drawn"] <= 16  # cap: 4 x groups_per_rollout
+    assert buffer.n_groups == stats["rollout/groups_drawn"] and buffer.n_episodes == 2 * buffer.n_groups
+    assert int((~buffer.group_dropped).sum()) == stats["rollout/informative_groups"]
+    # the cap holds when no group can be informative (only the correct action is legal)
+    env = toy_vec_env(n_envs=4, horizon=1, n_illegal=3, wrapper_class=wrapper_class)
+    model = GRPO(
+        "MlpPolicy", env, group_mode="task_id", group_size=2, groups_per_rollout=4, dynamic_sampling=True, max_groups_drawn=7
+    )
+    model.learn(1, callback=log)
+    assert log.rollouts[0]["rollout/groups_drawn"] == 7 and log.rollouts[0]["rollout/informative_groups"] == 0
+    # without dynamic sampling: exactly groups_per_rollout groups
+    model = GRPO("MlpPolicy", toy_vec_env(n_envs=4, horizon=1), group_mode="task_id", group_size=2, groups_per_rollout=4)
+    model.learn(1, callback=log)
+    assert log.rollouts[0]["rollout/groups_drawn"] == 4
+    with pytest.raises(ValueError, match="filter_zero_std_groups"):
+        GRPO("MlpPolicy", "CartPole-v1", dynamic_sampling=True, filter_zero_std_groups=False)
+
+
+def test_mask_truncated_episodes_in_training():
+    env = toy_vec_env(n_envs=2, horizon=2)
+    model = GRPO(
+        "MlpPolicy", env, group_mode="task_id", mask_truncated_episodes=True, filter_zero_std_groups=False, seed=0, **SMALL
+    )
+    model.learn(1)
+    buffer = model.rollout_buffer
+    truncated_steps = buffer.episode_truncated[buffer.episode_ids]
+    assert truncated_steps.any() and not truncated_steps.all()
+    np.testing.assert_array_equal(buffer.keep, ~truncated_steps)
+    assert model.logger.name_to_value["train/kept_steps"] == int((~truncated_steps).sum())
+
+
+def test_normalize_std_is_a_deprecated_alias():
+    with pytest.warns(DeprecationWarning, match="scale_rewards='none'"):
+        model = GRPO("MlpPolicy", "CartPole-v1", normalize_std=False)
+    assert model.scale_rewards == "none" and model.rollout_buffer.scale_rewards == "none"
+    with pytest.raises(ValueError, match="contradicts"):
+        GRPO("MlpPolicy", "CartPole-v1", normalize_std=True, scale_rewards="batch")
+    with pytest.raises(ValueError, match="loss_type"):
+        GRPO("MlpPolicy", "CartPole-v1", loss_type="sum")
+
+
+def test_profile_update_script_runs():
+    from baselines.grpo.profile_update import build_models, time_updates
+
+    grpo, ppo = build_models(samples=256, n_epochs=1, batch_size=64)
+    result = time_updates(grpo, ppo, repeats=1)
+    assert result["samples"]["ppo"] == 256 and result["samples"]["grpo"] > 0
+    assert set(result["grpo_over_ppo"]) == {"wall", "cpu"} and all(v > 0 for v in result["grpo_over_ppo"].values())
+
+
+def test_queued_starts_in_subprocesses():
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, vec_env_cls=SubprocVecEnv, wrapper_class=GroupStartWrapper)
+    try:
+        model = GRPO("MlpPolicy", env, group_size=3, groups_per_rollout=3, seed=0)
+        model.learn(1)
+        buffer = model.rollout_buffer
+        starts, groups = buffer.observations[_first_steps(buffer)], buffer.episode_group_ids
+        assert buffer.n_episodes == 9 and model.num_timesteps == buffer.n_steps
+        for g in range(3):
+            assert np.all(starts[groups == g] == starts[groups == g][0])
+    finally:
+        env.close()

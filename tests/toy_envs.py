@@ -164,3 +164,56 @@ class NoTaskEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         return np.zeros(2, dtype=np.float32), 0.0, True, False, {}
+
+
+class ChainChoiceEnv(gym.Env):
+    """
+    Fixed-horizon chain where every action is graded on its own: the env where step-level credit matters (GiGPO).
+
+    Task ``k`` in ``range(num_tasks)`` (``reset(options={"task_id": k})``, otherwise drawn from the env's RNG). At
+    step ``t`` the correct action is ``(k + t) % n_actions`` and gives reward 1; any other action gives 0. The episode
+    always lasts ``horizon`` steps (truncated). The observation is one-hot task and one-hot ``t``; with ``noise > 0``
+    a last entry drawn uniformly from ``[0, noise)`` by the env's RNG makes observations differ between members of a
+    task-id group (distinct seeds). ``info["anchor_key"]`` is ``"k:t"`` at reset and after every step, unless
+    ``anchor_keys=False``.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, num_tasks: int = 2, n_actions: int = 3, horizon: int = 8, noise: float = 0.0, anchor_keys: bool = True):
+        super().__init__()
+        self.num_tasks = num_tasks
+        self.n_actions = n_actions
+        self.horizon = horizon
+        self.noise = noise
+        self.anchor_keys = anchor_keys
+        dim = num_tasks + horizon + 1 + (1 if noise > 0 else 0)
+        self.observation_space = spaces.Box(0.0, 1.0, (dim,), np.float32)
+        self.action_space = spaces.Discrete(n_actions)
+        self.task_id = 0
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        obs[self.task_id] = 1.0
+        obs[self.num_tasks + self.t] = 1.0
+        if self.noise > 0:
+            obs[-1] = self.np_random.uniform(0.0, self.noise)
+        return obs
+
+    def _info(self) -> dict[str, Any]:
+        return {"anchor_key": f"{self.task_id}:{self.t}"} if self.anchor_keys else {}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if options is not None and "task_id" in options:
+            self.task_id = int(options["task_id"])
+        else:
+            self.task_id = int(self.np_random.integers(self.num_tasks))
+        self.t = 0
+        return self._obs(), self._info()
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        reward = 1.0 if int(action) == (self.task_id + self.t) % self.n_actions else 0.0
+        self.t += 1
+        return self._obs(), reward, False, self.t >= self.horizon, self._info()

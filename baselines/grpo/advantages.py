@@ -1,26 +1,38 @@
 """
 Group-relative advantage estimators used by GRPO (pure numpy, no torch).
 
-All standard deviations in this module are **population** standard deviations (``ddof=0``,
-i.e. ``np.std`` default): for a group ``x_1..x_G`` it is ``sqrt(mean((x - mean(x))**2))``.
-This matches the reference GRPO implementations that normalise by the group statistics
-computed over the ``G`` sampled completions.
+Notation: a rollout holds groups of episodes that start from the same task; ``R_i`` is the
+undiscounted return (sum of rewards) of episode ``i``; ``mean_g`` / ``std_g`` are statistics over the
+members of its group.
 
-Two supervision modes are provided (DeepSeekMath, Shao et al. 2024, section 4.1):
+**Outcome supervision** (DeepSeekMath, Shao et al. 2024, https://arxiv.org/abs/2402.03300, section 4.1.2):
+every step of episode ``i`` gets ``A_i = (R_i - mean_g(R)) / (scale + eps)``.
 
-* **outcome supervision**: every step of episode ``i`` of a group receives the same advantage
-  ``A_i = (R_i - mean(R)) / (std(R) + eps)`` where ``R_i`` is the undiscounted return
-  (sum of rewards) of episode ``i`` and the statistics are over the group's episodes.
-  With ``normalize_std=False`` (Dr. GRPO, Liu et al. 2025) the division is dropped:
-  ``A_i = R_i - mean(R)``.
-* **process supervision**: every step reward ``r_{i,t}`` is normalised with the mean/std over
-  *all step rewards of the group* (all steps of all episodes pooled), then the advantage of a step
-  is the (optionally discounted) return-to-go of the normalised rewards within its own episode:
-  ``A_{i,t} = sum_{t' >= t} gamma^(t' - t) * r~_{i,t'}``.
+**Process supervision** (DeepSeekMath section 4.1.3): every step reward ``r_{i,t}`` is normalised with the
+mean of all step rewards of the group (all steps of all members pooled), ``r~ = (r - mean_g(r)) / (scale + eps)``,
+and a step's advantage is the return-to-go of the normalised rewards inside its own episode,
+``A_{i,t} = sum_{t' >= t} gamma^(t' - t) r~_{i,t'}``.
 
-DAPO-style dynamic sampling (Yu et al. 2025) drops groups whose returns all tie
-(``std(R) < tol``): such a group carries no learning signal under outcome supervision.
-The tie test always uses the undiscounted episode returns, in both supervision modes.
+**Scaling** (``scale_rewards``, named as in TRL's ``GRPOTrainer``):
+
+* ``"group"``: ``scale`` = the group's std (GRPO as published);
+* ``"batch"``: ``scale`` = the std over the whole rollout (all episodes, or all steps under process supervision);
+  the mean stays the group's (TRL; "LitePPO", Liu et al. 2025, https://arxiv.org/abs/2508.08221);
+* ``"none"``: no division, centring only (Dr. GRPO, Liu et al. 2025, https://arxiv.org/abs/2503.20783: the std
+  division over-weights groups whose members are nearly tied, too easy or too hard).
+
+Standard deviations are **sample** standard deviations (``ddof=1``, :data:`STD_DDOF`) and ``eps`` defaults to
+``1e-4`` (:data:`DEFAULT_EPS`), both as in TRL (``torch.std`` is unbiased by default; ``advantages / (std + 1e-4)``).
+We chose TRL's convention so that a TRL user's numbers carry over, and because the larger ``eps`` keeps a group
+whose returns differ by float noise (std ~ 1e-6) from being blown up to unit-size advantages (with ``eps = 1e-8``
+a near-tie became +-1). A group of ``G`` members with one success has ``A = (1 - 1/G) / std`` for the success,
+``std = sqrt(1/G)`` (ddof=1, G=2: ``std = 0.707``, ``A = +-0.707``).
+
+**Tied groups** (DAPO, Yu et al. 2025, https://arxiv.org/abs/2503.14476, "dynamic sampling"): a group whose values
+all tie carries no signal and can be dropped. The tested values are what the advantage is computed from: the
+episode returns under outcome supervision, the pooled step rewards under process supervision (a group whose
+members have equal returns but different per-step rewards still carries a process signal). A group is tied when
+the std of these values is below ``std_tol`` (:data:`DEFAULT_STD_TOL`, reward units).
 """
 
 from collections.abc import Sequence
@@ -28,70 +40,88 @@ from typing import NamedTuple
 
 import numpy as np
 
-#: Default epsilon added to the group std before dividing.
-DEFAULT_EPS = 1e-8
-#: Default tolerance under which a group's return std counts as "all tied".
+#: Added to the std before dividing (TRL's value).
+DEFAULT_EPS = 1e-4
+#: Tolerance (reward units) under which the std of a group's values counts as zero ("all tied").
 DEFAULT_STD_TOL = 1e-6
+#: Delta degrees of freedom of every std in this module (sample std, as ``torch.std`` in TRL).
+STD_DDOF = 1
+SUPERVISIONS = ("outcome", "process")
+SCALE_REWARDS = ("group", "batch", "none")
+
+
+def _check(supervision: str | None = None, scale_rewards: str | None = None) -> None:
+    if supervision is not None and supervision not in SUPERVISIONS:
+        raise ValueError(f"Unknown supervision {supervision!r}, expected one of {SUPERVISIONS}")
+    if scale_rewards is not None and scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"Unknown scale_rewards {scale_rewards!r}, expected one of {SCALE_REWARDS}")
+
+
+def sample_std(values: Sequence[float] | np.ndarray) -> float:
+    """
+    Sample standard deviation (``ddof=1``); 0 for fewer than 2 values.
+
+    :param values: 1D values
+    :return: The std, in the unit of ``values``
+    """
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    return float(values.std(ddof=STD_DDOF)) if values.size > 1 else 0.0
+
+
+def grouped_mean_std(values: np.ndarray, ids: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """
+    Mean, sample std (``ddof=1``; 0 for groups of one) and size of the values of every id, vectorised.
+
+    Worked example: values ``[1, 0, 0, 1, 5]`` with ids ``[0, 0, 1, 1, 2]`` give means ``[0.5, 0.5, 5]``,
+    stds ``[0.7071, 0.7071, 0]`` and counts ``[2, 2, 1]``.
+
+    :param values: Values, shape ``(n,)``
+    :param ids: Integer id in ``range(n_ids)`` of every value, shape ``(n,)``
+    :param n_ids: Number of ids
+    :return: ``(mean, std, count)``, each of shape ``(n_ids,)`` (mean 0 for an empty id)
+    """
+    counts = np.bincount(ids, minlength=n_ids).astype(np.float64)
+    sums = np.bincount(ids, weights=values, minlength=n_ids)
+    means = np.divide(sums, counts, out=np.zeros(n_ids), where=counts > 0)
+    sq = np.bincount(ids, weights=(values - means[ids]) ** 2, minlength=n_ids)
+    stds = np.sqrt(np.divide(sq, counts - STD_DDOF, out=np.zeros(n_ids), where=counts > STD_DDOF))
+    return means, stds, counts
 
 
 def outcome_advantages(
-    returns: Sequence[float] | np.ndarray, normalize_std: bool = True, eps: float = DEFAULT_EPS
+    returns: Sequence[float] | np.ndarray,
+    scale_rewards: str = "group",
+    eps: float = DEFAULT_EPS,
+    batch_std: float | None = None,
 ) -> np.ndarray:
     """
     Outcome-supervision advantages of ONE group (one value per episode).
 
-    ``A_i = (R_i - mean(R)) / (std(R) + eps)``, population std (ddof=0).
+    ``A_i = (R_i - mean(R)) / (std(R) + eps)`` with the sample std (ddof=1); ``scale_rewards="none"`` drops the
+    division, ``"batch"`` divides by ``batch_std`` instead of the group's std.
 
-    Worked example: returns ``[1, 0, 0, 1]`` have mean 0.5 and population std 0.5, so
-    ``A = [0.5, -0.5, -0.5, 0.5] / 0.5 = [1, -1, -1, 1]`` (up to ``eps``).
-    With ``normalize_std=False`` (Dr. GRPO) the result is ``[0.5, -0.5, -0.5, 0.5]``.
+    Worked example: returns ``[1, 0, 0, 1]`` have mean 0.5 and sample std ``sqrt(1/3) = 0.5774``, so
+    ``A = [0.5, -0.5, -0.5, 0.5] / (0.5774 + 1e-4) = [0.866, -0.866, -0.866, 0.866]``; with ``"none"``
+    (Dr. GRPO) ``A = [0.5, -0.5, -0.5, 0.5]``.
 
     :param returns: Episode returns of the group members (undiscounted sum of rewards), shape ``(G,)``
-    :param normalize_std: Divide by the group std (GRPO). If False, only subtract the mean (Dr. GRPO).
-    :param eps: Added to the std before dividing, avoids division by zero for tied groups
-    :return: Advantage of each episode, shape ``(G,)``, dtype float64
+    :param scale_rewards: ``"group"``, ``"batch"`` or ``"none"`` (see the module docstring)
+    :param eps: Added to the std before dividing
+    :param batch_std: The std of the whole rollout's returns; required with ``scale_rewards="batch"``
+    :return: Advantage of each episode, shape ``(G,)``, float64
     """
+    _check(scale_rewards=scale_rewards)
     returns = np.asarray(returns, dtype=np.float64)
     if returns.ndim != 1 or returns.size == 0:
         raise ValueError(f"`returns` must be a non-empty 1D array, got shape {returns.shape}")
     centered = returns - returns.mean()
-    if normalize_std:
-        return centered / (returns.std() + eps)
-    return centered
-
-
-def process_advantages(
-    rewards: Sequence[Sequence[float] | np.ndarray],
-    gamma: float = 1.0,
-    normalize_std: bool = True,
-    eps: float = DEFAULT_EPS,
-) -> list[np.ndarray]:
-    """
-    Process-supervision advantages of ONE group (one value per step).
-
-    First every step reward is normalised with the statistics of all step rewards of the group
-    (``r~ = (r - mean) / (std + eps)``, population std over the pooled steps; without the division
-    when ``normalize_std=False``), then the advantage of step ``t`` of episode ``i`` is the
-    return-to-go ``sum_{t' >= t} gamma^(t'-t) r~_{i,t'}`` inside episode ``i``.
-
-    Worked example: episodes ``[[1, 0], [0]]``. Pooled rewards ``[1, 0, 0]``: mean ``1/3``,
-    population std ``sqrt(2)/3 ~ 0.4714``, so ``r~(1) = sqrt(2) ~ 1.4142`` and
-    ``r~(0) = -1/sqrt(2) ~ -0.7071``. With ``gamma=1`` the advantages are
-    ``[[1.4142 - 0.7071, -0.7071], [-0.7071]] = [[0.7071, -0.7071], [-0.7071]]``.
-
-    :param rewards: Per-episode step rewards of the group members (variable lengths, each non-empty)
-    :param gamma: Discount factor (unitless, in ``[0, 1]``) of the return-to-go
-    :param normalize_std: Divide the centred rewards by the group std (False: only centre them)
-    :param eps: Added to the std before dividing
-    :return: List of per-step advantages, one float64 array per episode
-    """
-    episodes = [np.asarray(r, dtype=np.float64).reshape(-1) for r in rewards]
-    if len(episodes) == 0 or any(ep.size == 0 for ep in episodes):
-        raise ValueError("`rewards` must contain at least one episode and every episode at least one step")
-    pooled = np.concatenate(episodes)
-    mean = pooled.mean()
-    scale = pooled.std() + eps if normalize_std else 1.0
-    return [discounted_return_to_go((ep - mean) / scale, gamma) for ep in episodes]
+    if scale_rewards == "none":
+        return centered
+    if scale_rewards == "batch":
+        if batch_std is None:
+            raise ValueError("scale_rewards='batch' needs `batch_std`")
+        return centered / (batch_std + eps)
+    return centered / (sample_std(returns) + eps)
 
 
 def discounted_return_to_go(rewards: Sequence[float] | np.ndarray, gamma: float = 1.0) -> np.ndarray:
@@ -106,7 +136,9 @@ def discounted_return_to_go(rewards: Sequence[float] | np.ndarray, gamma: float 
     :return: Return-to-go of every step, float64
     """
     rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
-    out = np.zeros_like(rewards)
+    if gamma == 1.0:
+        return np.cumsum(rewards[::-1])[::-1].copy()
+    out = np.empty_like(rewards)
     running = 0.0
     for t in range(rewards.size - 1, -1, -1):
         running = rewards[t] + gamma * running
@@ -114,26 +146,88 @@ def discounted_return_to_go(rewards: Sequence[float] | np.ndarray, gamma: float 
     return out
 
 
+def segment_return_to_go(rewards: np.ndarray, lengths: np.ndarray, gamma: float = 1.0) -> np.ndarray:
+    """
+    Return-to-go of many episodes stored one after the other (flat, each in time order).
+
+    :param rewards: Flat step rewards, shape ``(sum(lengths),)``
+    :param lengths: Length of every episode, in steps
+    :param gamma: Discount factor (unitless)
+    :return: Return-to-go of every step, float64, same layout as ``rewards``
+    """
+    rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    if gamma == 1.0:
+        # reverse cumulative sum within each episode: (sum up to the episode's last step) - (sum before the step)
+        cumsum = np.cumsum(rewards)
+        return np.repeat(cumsum[np.cumsum(lengths) - 1], lengths) - (cumsum - rewards)
+    out = np.empty_like(rewards)
+    start = 0
+    for n in lengths:
+        out[start : start + n] = discounted_return_to_go(rewards[start : start + n], gamma)
+        start += n
+    return out
+
+
+def process_advantages(
+    rewards: Sequence[Sequence[float] | np.ndarray],
+    gamma: float = 1.0,
+    scale_rewards: str = "group",
+    eps: float = DEFAULT_EPS,
+    batch_std: float | None = None,
+) -> list[np.ndarray]:
+    """
+    Process-supervision advantages of ONE group (one value per step).
+
+    Every step reward is normalised with the mean of all step rewards of the group and the scale chosen by
+    ``scale_rewards`` (the pooled steps' sample std for ``"group"``), then the advantage of step ``t`` of
+    episode ``i`` is the return-to-go ``sum_{t' >= t} gamma^(t'-t) r~_{i,t'}`` inside episode ``i``.
+
+    Worked example: episodes ``[[1, 0], [0]]``. Pooled rewards ``[1, 0, 0]``: mean ``1/3``, sample std
+    ``sqrt(1/3) = 0.5774``, so ``r~(1) = (2/3) / 0.5775 = 1.1545`` and ``r~(0) = -0.5772``. With ``gamma=1``
+    the advantages are ``[[0.5772, -0.5772], [-0.5772]]``.
+
+    :param rewards: Per-episode step rewards of the group members (variable lengths, each non-empty)
+    :param gamma: Discount factor (unitless, in ``[0, 1]``) of the return-to-go
+    :param scale_rewards: ``"group"``, ``"batch"`` or ``"none"``
+    :param eps: Added to the std before dividing
+    :param batch_std: The std of all step rewards of the rollout; required with ``scale_rewards="batch"``
+    :return: List of per-step advantages, one float64 array per episode
+    """
+    _check(scale_rewards=scale_rewards)
+    episodes = [np.asarray(r, dtype=np.float64).reshape(-1) for r in rewards]
+    if len(episodes) == 0 or any(ep.size == 0 for ep in episodes):
+        raise ValueError("`rewards` must contain at least one episode and every episode at least one step")
+    pooled = np.concatenate(episodes)
+    if scale_rewards == "none":
+        scale = 1.0
+    elif scale_rewards == "batch":
+        if batch_std is None:
+            raise ValueError("scale_rewards='batch' needs `batch_std`")
+        scale = batch_std + eps
+    else:
+        scale = sample_std(pooled) + eps
+    mean = pooled.mean()
+    return [discounted_return_to_go((ep - mean) / scale, gamma) for ep in episodes]
+
+
 def tied_groups(
-    group_returns: Sequence[Sequence[float] | np.ndarray], tol: float = DEFAULT_STD_TOL
+    group_values: Sequence[Sequence[float] | np.ndarray], tol: float = DEFAULT_STD_TOL
 ) -> tuple[np.ndarray, float]:
     """
-    DAPO dynamic-sampling filter: find the groups whose returns all tie.
+    DAPO dynamic-sampling filter: find the groups whose values all tie.
 
-    A group is *tied* when the population std of its returns is ``< tol`` (e.g. all members
-    succeeded or all failed). Tied groups are dropped from the update: their steps get no gradient
-    (neither policy-gradient, entropy nor KL term) and they do not count in the token-level average.
+    A group is *tied* when the std of its values (episode returns under outcome supervision, pooled step rewards
+    under process supervision) is ``< tol``. Tied groups are dropped from the update: their steps get no gradient
+    (neither policy-gradient, entropy nor KL term) and do not count in the loss normaliser.
 
     Worked example: groups ``[[1, 1, 1], [0, 1, 0], [2, 2, 2], [0, 0, 1]]`` -> tied mask
     ``[True, False, True, False]`` and dropped fraction ``2 / 4 = 0.5``.
 
-    :param group_returns: Episode returns for each group
-    :param tol: Std tolerance (same unit as the rewards) under which a group is considered tied
+    :param group_values: The values of every group
+    :param tol: Std tolerance (same unit as the values) under which a group is considered tied
     :return: Boolean mask (True = tied / dropped) with one entry per group, and the fraction of dropped groups
     """
-    arrays = [np.asarray(r, dtype=np.float64).reshape(-1) for r in group_returns]
-    # An empty group has no signal at all: treat it as tied
-    stds = np.array([a.std() if a.size > 0 else 0.0 for a in arrays], dtype=np.float64)
+    stds = np.array([sample_std(v) for v in group_values], dtype=np.float64)
     tied = stds < tol
     fraction = float(tied.mean()) if tied.size > 0 else 0.0
     return tied, fraction
@@ -144,16 +238,53 @@ class GroupAdvantages(NamedTuple):
 
     #: Advantage of every step, float64, shape ``(n_steps,)`` (0 for steps of dropped groups)
     advantages: np.ndarray
-    #: Whether each step is used for the update (False for steps of dropped groups), shape ``(n_steps,)``
+    #: Whether each step is used for the update (False for steps of dropped groups and masked episodes)
     keep: np.ndarray
     #: Return (undiscounted sum of rewards) of every episode, indexed by episode id
     episode_returns: np.ndarray
-    #: Population std of the returns of every group, indexed by group id
+    #: Sample std of the returns of every group, indexed by group id
     group_return_std: np.ndarray
     #: Whether each group was dropped (tied), indexed by group id
     group_dropped: np.ndarray
     #: Fraction of groups dropped, in ``[0, 1]``
     dropped_group_fraction: float
+
+
+def episode_layout(episode_ids: np.ndarray, group_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """
+    Length and group of every episode of a flat rollout.
+
+    :param episode_ids: Episode id of every step (contiguous episodes, ids ``0..n_episodes-1``)
+    :param group_ids: Group id of every step
+    :return: ``(lengths, episode_group, n_episodes, n_groups)``
+    """
+    n_episodes = int(episode_ids.max()) + 1
+    n_groups = int(group_ids.max()) + 1
+    lengths = np.bincount(episode_ids, minlength=n_episodes)
+    episode_group = np.zeros(n_episodes, dtype=np.int64)
+    episode_group[episode_ids] = group_ids
+    return lengths, episode_group, n_episodes, n_groups
+
+
+def group_value_std(
+    rewards: np.ndarray, episode_ids: np.ndarray, group_ids: np.ndarray, supervision: str = "outcome"
+) -> np.ndarray:
+    """
+    Std of the values the tie filter tests, per group: episode returns (outcome) or pooled step rewards (process).
+
+    :param rewards: Step rewards, shape ``(n_steps,)``
+    :param episode_ids: Episode id of every step
+    :param group_ids: Group id of every step
+    :param supervision: ``"outcome"`` or ``"process"``
+    :return: Sample std of every group, shape ``(n_groups,)``
+    """
+    _check(supervision=supervision)
+    rewards = np.asarray(rewards, dtype=np.float64)
+    _, episode_group, n_episodes, n_groups = episode_layout(episode_ids, group_ids)
+    if supervision == "process":
+        return grouped_mean_std(rewards, group_ids, n_groups)[1]
+    returns = np.bincount(episode_ids, weights=rewards, minlength=n_episodes)
+    return grouped_mean_std(returns, episode_group, n_groups)[1]
 
 
 def compute_group_advantages(
@@ -162,75 +293,74 @@ def compute_group_advantages(
     group_ids: np.ndarray,
     supervision: str = "outcome",
     gamma: float = 1.0,
-    normalize_std: bool = True,
+    scale_rewards: str = "group",
     filter_zero_std_groups: bool = True,
     std_tol: float = DEFAULT_STD_TOL,
     eps: float = DEFAULT_EPS,
+    exclude_episodes: np.ndarray | None = None,
 ) -> GroupAdvantages:
     """
-    Advantages for a whole rollout given as flat per-step arrays.
+    Advantages for a whole rollout given as flat per-step arrays (vectorised over groups).
 
-    Episode ids and group ids must be integers in ``range(n_episodes)`` / ``range(n_groups)``;
-    the steps of one episode must be stored contiguously and in time order, and all steps of an
-    episode must share one group id. This is the layout produced by
-    :class:`baselines.grpo.buffers.GroupRolloutBuffer`.
+    Episode ids and group ids must be integers in ``range(n_episodes)`` / ``range(n_groups)``; the steps of one
+    episode must be stored contiguously and in time order, and all steps of an episode must share one group id.
+    This is the layout produced by :class:`baselines.grpo.buffers.GroupRolloutBuffer`.
 
     :param rewards: Step rewards, shape ``(n_steps,)``
     :param episode_ids: Episode id of every step, shape ``(n_steps,)``
     :param group_ids: Group id of every step, shape ``(n_steps,)``
-    :param supervision: ``"outcome"`` (:func:`outcome_advantages`) or ``"process"`` (:func:`process_advantages`)
-    :param gamma: Discount factor for process supervision (ignored by outcome supervision, whose return is undiscounted)
-    :param normalize_std: Divide by the group std (False = Dr. GRPO style, centring only)
-    :param filter_zero_std_groups: Drop groups whose returns tie (std < ``std_tol``), see :func:`tied_groups`
+    :param supervision: ``"outcome"`` or ``"process"`` (see the module docstring)
+    :param gamma: Discount factor for process supervision (outcome supervision uses the undiscounted return)
+    :param scale_rewards: ``"group"``, ``"batch"`` or ``"none"``
+    :param filter_zero_std_groups: Drop tied groups (see :func:`tied_groups`)
     :param std_tol: Tie tolerance, in reward units
     :param eps: Added to the std before dividing
+    :param exclude_episodes: Optional boolean mask over episodes whose steps are left out of the update (e.g.
+        truncated episodes); they still count in the group statistics, as TRL's ``mask_truncated_completions``
     :return: A :class:`GroupAdvantages` tuple
     """
-    if supervision not in ("outcome", "process"):
-        raise ValueError(f"Unknown supervision '{supervision}', expected 'outcome' or 'process'")
+    _check(supervision, scale_rewards)
     rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
     episode_ids = np.asarray(episode_ids, dtype=np.int64).reshape(-1)
     group_ids = np.asarray(group_ids, dtype=np.int64).reshape(-1)
     if not (rewards.shape == episode_ids.shape == group_ids.shape):
         raise ValueError("`rewards`, `episode_ids` and `group_ids` must have the same length")
-    n_steps = rewards.size
-    if n_steps == 0:
+    if rewards.size == 0:
         empty = np.zeros(0)
         return GroupAdvantages(empty, np.zeros(0, dtype=bool), empty, empty, np.zeros(0, dtype=bool), 0.0)
 
-    n_episodes = int(episode_ids.max()) + 1
-    n_groups = int(group_ids.max()) + 1
+    lengths, episode_group, n_episodes, n_groups = episode_layout(episode_ids, group_ids)
     episode_returns = np.bincount(episode_ids, weights=rewards, minlength=n_episodes)
-    # Group of each episode (first step of the episode)
-    episode_group = np.full(n_episodes, -1, dtype=np.int64)
-    episode_group[episode_ids] = group_ids
-    steps_of_episode = [np.flatnonzero(episode_ids == e) for e in range(n_episodes)]
+    return_mean, return_std, _ = grouped_mean_std(episode_returns, episode_group, n_groups)
 
-    advantages = np.zeros(n_steps, dtype=np.float64)
-    group_std = np.zeros(n_groups, dtype=np.float64)
-    group_returns = []
-    for g in range(n_groups):
-        members = np.flatnonzero(episode_group == g)
-        returns = episode_returns[members]
-        group_returns.append(returns)
-        if members.size == 0:
-            continue
-        group_std[g] = returns.std()
-        if supervision == "outcome":
-            adv = outcome_advantages(returns, normalize_std=normalize_std, eps=eps)
-            for e, a in zip(members, adv, strict=True):
-                advantages[steps_of_episode[e]] = a
+    if supervision == "outcome":
+        if scale_rewards == "group":
+            scale = return_std[episode_group] + eps
+        elif scale_rewards == "batch":
+            scale = sample_std(episode_returns) + eps
         else:
-            adv_list = process_advantages(
-                [rewards[steps_of_episode[e]] for e in members], gamma=gamma, normalize_std=normalize_std, eps=eps
-            )
-            for e, a in zip(members, adv_list, strict=True):
-                advantages[steps_of_episode[e]] = a
+            scale = 1.0
+        advantages = ((episode_returns - return_mean[episode_group]) / scale)[episode_ids]
+        tie_std = return_std
+    else:
+        step_mean, step_std, _ = grouped_mean_std(rewards, group_ids, n_groups)
+        if scale_rewards == "group":
+            scale = step_std[group_ids] + eps
+        elif scale_rewards == "batch":
+            scale = sample_std(rewards) + eps
+        else:
+            scale = 1.0
+        normalised = (rewards - step_mean[group_ids]) / scale
+        advantages = segment_return_to_go(normalised, lengths, gamma)
+        tie_std = step_std
 
     if filter_zero_std_groups:
-        dropped, fraction = tied_groups(group_returns, tol=std_tol)
+        dropped = tie_std < std_tol
     else:
-        dropped, fraction = np.zeros(n_groups, dtype=bool), 0.0
+        dropped = np.zeros(n_groups, dtype=bool)
+    fraction = float(dropped.mean())
     keep = ~dropped[group_ids]
-    advantages[~keep] = 0.0
-    return GroupAdvantages(advantages, keep, episode_returns, group_std, dropped, fraction)
+    if exclude_episodes is not None:
+        keep &= ~np.asarray(exclude_episodes, dtype=bool)[episode_ids]
+    advantages = np.where(keep, advantages, 0.0)
+    return GroupAdvantages(advantages, keep, episode_returns, return_std, dropped, fraction)

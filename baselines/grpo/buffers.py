@@ -2,10 +2,29 @@
 Rollout buffer of complete, variable-length episodes organised in groups (for GRPO).
 
 Unlike SB3's ``RolloutBuffer`` (a fixed ``(n_steps, n_envs)`` grid of transitions that may cut
-episodes), this buffer only ever receives **complete episodes** (terminated or truncated by a time
-limit), each tagged with the id of the group it belongs to. Episodes are stored flat, one after the
-other, so the steps of an episode are contiguous and in time order. Advantages are computed per
-group once the rollout is complete (see :mod:`baselines.grpo.advantages`).
+episodes), this buffer only ever receives **complete episodes** (terminated or truncated), each tagged with
+the id of the group it belongs to. Episodes are stored flat, one after the other, so the steps of an episode
+are contiguous and in time order. Advantages are computed per group once the rollout is complete (see
+:mod:`baselines.grpo.advantages`); then the kept steps are converted to tensors once, and minibatches are
+gathered from those tensors (no per-minibatch numpy-to-torch copies).
+
+**Loss aggregation** (``loss_type``, named as in TRL's ``GRPOTrainer``). The rollout objective is a weighted sum
+of per-step terms ``J = sum_s w_s l_s`` over the kept steps:
+
+* ``"grpo"``: ``w_s = 1 / (n_episodes * T_e)``, the mean over each episode's steps, then over episodes
+  (DeepSeekMath, Shao et al. 2024, https://arxiv.org/abs/2402.03300, eq. 3);
+* ``"bnpo"`` / ``"dapo"``: ``w_s = 1 / n_steps``, every step weighs the same (DAPO, Yu et al. 2025,
+  https://arxiv.org/abs/2503.14476, "token-level policy gradient loss"). TRL's two names differ only in how the
+  normaliser is shared across processes and gradient-accumulation steps; here one optimizer step is one
+  minibatch, so they are the same;
+* ``"dr_grpo"``: ``w_s = 1 / (n_episodes * L_max)`` with a constant ``L_max`` (the maximum episode length, in
+  steps), so that neither the episode's nor the rollout's length rescales a step's gradient (Dr. GRPO, Liu et al.
+  2025, https://arxiv.org/abs/2503.20783, section 3.1).
+
+A minibatch of ``B`` steps drawn uniformly from the ``N`` kept steps estimates ``J`` without bias by
+``(N / B) sum_{s in batch} w_s l_s = mean_batch(N w_s l_s)``; the buffer stores ``N w_s`` as ``loss_weights``
+(``None`` for ``"bnpo"``/``"dapo"``, where it is 1). With ``batch_size=None`` (one minibatch) the loss equals TRL's
+formula exactly.
 """
 
 from collections.abc import Generator, Sequence
@@ -16,10 +35,20 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.utils import get_device
 
-from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, compute_group_advantages
+from baselines.grpo.advantages import (
+    DEFAULT_EPS,
+    DEFAULT_STD_TOL,
+    SCALE_REWARDS,
+    SUPERVISIONS,
+    GroupAdvantages,
+    compute_group_advantages,
+    sample_std,
+)
 
 TensorDict = dict[str, th.Tensor]
 Observations = np.ndarray | dict[str, np.ndarray]
+#: Loss aggregations, see the module docstring.
+LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
 class GroupRolloutBufferSamples(NamedTuple):
@@ -33,15 +62,15 @@ class GroupRolloutBufferSamples(NamedTuple):
     old_log_prob: th.Tensor
     #: Group-relative advantages, ``(batch,)``
     advantages: th.Tensor
+    #: Per-step loss weights ``N * w_s`` of the loss aggregation ``(batch,)``; None = all 1 (``"bnpo"``/``"dapo"``)
+    loss_weights: th.Tensor | None
     #: Boolean action masks ``(batch, mask_dim)`` or None when masking was not used
     action_masks: th.Tensor | None
     #: Log-probability under the frozen reference policy ``(batch,)`` or None when not computed
     ref_log_prob: th.Tensor | None
-    #: Episode id of every step, ``(batch,)``
-    episode_ids: th.Tensor
-    #: Group id of every step, ``(batch,)``
-    group_ids: th.Tensor
-    #: Flat buffer index of every step (numpy, for writing back per-step values)
+    #: Position of every step among the kept steps (torch, for :meth:`GroupRolloutBuffer.set_ref_log_probs`)
+    positions: th.Tensor
+    #: Flat buffer index of every step (numpy)
     indices: np.ndarray
 
 
@@ -57,10 +86,14 @@ class GroupRolloutBuffer:
     :param device: PyTorch device of the yielded tensors
     :param gamma: Discount factor of the return-to-go used by process supervision (unitless)
     :param supervision: ``"outcome"`` (one advantage per episode) or ``"process"`` (per-step rewards)
-    :param normalize_std: Divide by the group std (False = Dr. GRPO, centring only)
-    :param filter_zero_std_groups: Drop groups whose returns all tie (DAPO dynamic sampling)
-    :param std_tol: Std tolerance (reward units) under which a group's returns count as tied
-    :param eps: Added to the group std before dividing
+    :param scale_rewards: ``"group"``, ``"batch"`` or ``"none"`` (see :mod:`baselines.grpo.advantages`)
+    :param filter_zero_std_groups: Drop groups whose values all tie (DAPO)
+    :param std_tol: Std tolerance (reward units) under which a group's values count as tied
+    :param eps: Added to the std before dividing
+    :param loss_type: ``"grpo"``, ``"bnpo"``, ``"dapo"`` or ``"dr_grpo"`` (see the module docstring)
+    :param max_episode_steps: ``L_max`` of ``"dr_grpo"``, in steps (required by it, unused otherwise)
+    :param mask_truncated_episodes: Leave truncated episodes out of the update (they still count in the group
+        statistics), as TRL's ``mask_truncated_completions`` / DAPO's overlong filtering
     """
 
     observations: Observations
@@ -73,7 +106,8 @@ class GroupRolloutBuffer:
     step_indices: np.ndarray
     advantages: np.ndarray
     keep: np.ndarray
-    ref_log_probs: np.ndarray | None
+    loss_weights: np.ndarray | None
+    ref_log_probs: th.Tensor | None
 
     def __init__(
         self,
@@ -82,34 +116,49 @@ class GroupRolloutBuffer:
         device: th.device | str = "auto",
         gamma: float = 1.0,
         supervision: str = "outcome",
-        normalize_std: bool = True,
+        scale_rewards: str = "group",
         filter_zero_std_groups: bool = True,
         std_tol: float = DEFAULT_STD_TOL,
         eps: float = DEFAULT_EPS,
+        loss_type: str = "bnpo",
+        max_episode_steps: int | None = None,
+        mask_truncated_episodes: bool = False,
     ):
-        if supervision not in ("outcome", "process"):
-            raise ValueError(f"Unknown supervision '{supervision}', expected 'outcome' or 'process'")
+        if supervision not in SUPERVISIONS:
+            raise ValueError(f"Unknown supervision {supervision!r}, expected one of {SUPERVISIONS}")
+        if scale_rewards not in SCALE_REWARDS:
+            raise ValueError(f"Unknown scale_rewards {scale_rewards!r}, expected one of {SCALE_REWARDS}")
+        if loss_type not in LOSS_TYPES:
+            raise ValueError(f"Unknown loss_type {loss_type!r}, expected one of {LOSS_TYPES}")
+        if loss_type == "dr_grpo" and (max_episode_steps is None or max_episode_steps < 1):
+            raise ValueError("loss_type='dr_grpo' needs `max_episode_steps` (the constant L_max, in steps)")
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = get_device(device)
         self.gamma = gamma
         self.supervision = supervision
-        self.normalize_std = normalize_std
+        self.scale_rewards = scale_rewards
         self.filter_zero_std_groups = filter_zero_std_groups
         self.std_tol = std_tol
         self.eps = eps
+        self.loss_type = loss_type
+        self.max_episode_steps = max_episode_steps
+        self.mask_truncated_episodes = mask_truncated_episodes
         self.reset()
 
     # ------------------------------------------------------------------ filling
     def reset(self) -> None:
         """Remove all episodes."""
         self._episodes: list[dict[str, Any]] = []
+        self._group_episodes: dict[int, list[int]] = {}
         self.finalized = False
         self.ref_log_probs = None
         self.dropped_group_fraction = 0.0
         self.group_return_std = np.zeros(0)
         self.group_dropped = np.zeros(0, dtype=bool)
         self.episode_returns = np.zeros(0)
+        self._tensors: dict[str, Any] = {}
+        self._kept = np.zeros(0, dtype=np.int64)
 
     def _stack_observations(self, observations: Sequence[Any] | Observations) -> Observations:
         if isinstance(self.observation_space, spaces.Dict):
@@ -127,18 +176,22 @@ class GroupRolloutBuffer:
         rewards: Sequence[float] | np.ndarray,
         action_masks: Sequence[np.ndarray] | np.ndarray | None = None,
         truncated: bool = False,
+        anchor_keys: Sequence[Any] | None = None,
     ) -> int:
         """
         Add one complete episode.
 
         :param group_id: Id of the group this episode belongs to (integers ``0..n_groups-1`` over the rollout)
-        :param observations: Per-step observations (list of arrays/dicts, or stacked array / dict of arrays), length T
+        :param observations: Per-step observations (list of arrays/dicts, or stacked array / dict of arrays), length T;
+            observation ``t`` is the one the action ``t`` was chosen on
         :param actions: Per-step actions taken, length T
         :param log_probs: Log-probability of each action under the behaviour policy, length T
         :param rewards: Per-step rewards, length T
         :param action_masks: Per-step boolean masks used when sampling (None if masking was not used)
         :param truncated: Whether the episode ended by truncation (time limit) rather than termination.
-            A truncated episode is still a complete group member: its return is the sum of its rewards.
+            A truncated episode is a complete group member: its return is the sum of its rewards (there is no
+            critic to bootstrap from); ``mask_truncated_episodes`` leaves its steps out of the update.
+        :param anchor_keys: Optional per-step keys of the state each action was taken in (GiGPO), length T
         :return: The id of the episode (its insertion rank)
         """
         if self.finalized:
@@ -159,8 +212,11 @@ class GroupRolloutBuffer:
         obs_lengths = [v.shape[0] for v in obs.values()] if isinstance(obs, dict) else [obs.shape[0]]
         if any(n != length for n in obs_lengths) or log_probs_arr.size != length:
             raise ValueError("observations, actions, log_probs and rewards must have the same length")
+        if anchor_keys is not None and len(anchor_keys) != length:
+            raise ValueError("anchor_keys must have one key per step")
         if self._episodes and (self._episodes[0]["action_masks"] is None) != (masks_arr is None):
             raise ValueError("Either all episodes or none must have action masks")
+        episode_id = len(self._episodes)
         self._episodes.append(
             {
                 "group_id": int(group_id),
@@ -170,9 +226,11 @@ class GroupRolloutBuffer:
                 "rewards": rewards_arr,
                 "action_masks": masks_arr,
                 "truncated": bool(truncated),
+                "anchor_keys": None if anchor_keys is None else list(anchor_keys),
             }
         )
-        return len(self._episodes) - 1
+        self._group_episodes.setdefault(int(group_id), []).append(episode_id)
+        return episode_id
 
     # ------------------------------------------------------------------ stats
     @property
@@ -193,7 +251,7 @@ class GroupRolloutBuffer:
     @property
     def n_kept_steps(self) -> int:
         """Number of steps that take part in the update (0 before :meth:`compute_advantages`)."""
-        return int(self.keep.sum()) if self.finalized else 0
+        return int(self._kept.size) if self.finalized else 0
 
     @property
     def episode_lengths(self) -> np.ndarray:
@@ -210,12 +268,44 @@ class GroupRolloutBuffer:
         """Group id of every episode, by episode id."""
         return np.array([ep["group_id"] for ep in self._episodes], dtype=np.int64)
 
+    def group_is_informative(self, group_id: int) -> bool:
+        """
+        Whether a group's episodes (as stored so far) carry a learning signal, i.e. would not be dropped as tied.
+
+        Used by dynamic sampling while the rollout is being collected.
+
+        :param group_id: The group
+        :return: False when the tested values (returns, or step rewards under process supervision) all tie
+        """
+        episodes = [self._episodes[e] for e in self._group_episodes.get(int(group_id), [])]
+        if self.supervision == "process":
+            values = np.concatenate([ep["rewards"] for ep in episodes]) if episodes else np.zeros(0)
+        else:
+            values = np.array([ep["rewards"].sum(dtype=np.float64) for ep in episodes])
+        return sample_std(values) >= self.std_tol
+
     # ------------------------------------------------------------------ advantages
+    def _compute_group_advantages(self) -> GroupAdvantages:
+        """Episode-level group advantages of the concatenated rollout (subclasses add terms)."""
+        return compute_group_advantages(
+            self.rewards,
+            self.episode_ids,
+            self.group_ids,
+            supervision=self.supervision,
+            gamma=self.gamma,
+            scale_rewards=self.scale_rewards,
+            filter_zero_std_groups=self.filter_zero_std_groups,
+            std_tol=self.std_tol,
+            eps=self.eps,
+            exclude_episodes=self.episode_truncated if self.mask_truncated_episodes else None,
+        )
+
     def compute_advantages(self) -> None:
         """
-        Concatenate the episodes into flat arrays and compute the group-relative advantages.
+        Concatenate the episodes into flat arrays, compute the group-relative advantages and the loss weights,
+        and convert the kept steps to tensors.
 
-        Fills ``advantages`` and ``keep`` (per step), ``episode_returns``, ``group_return_std``,
+        Fills ``advantages``, ``keep`` and ``loss_weights`` (per step), ``episode_returns``, ``group_return_std``,
         ``group_dropped`` and ``dropped_group_fraction``.
         """
         if self.n_episodes == 0:
@@ -236,88 +326,119 @@ class GroupRolloutBuffer:
         lengths = self.episode_lengths
         self.episode_ids = np.repeat(np.arange(len(episodes)), lengths)
         self.group_ids = np.repeat(self.episode_group_ids, lengths)
-        self.step_indices = np.concatenate([np.arange(n) for n in lengths])
+        self.step_indices = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
 
-        result = compute_group_advantages(
-            self.rewards,
-            self.episode_ids,
-            self.group_ids,
-            supervision=self.supervision,
-            gamma=self.gamma,
-            normalize_std=self.normalize_std,
-            filter_zero_std_groups=self.filter_zero_std_groups,
-            std_tol=self.std_tol,
-            eps=self.eps,
-        )
+        result = self._compute_group_advantages()
         self.advantages = result.advantages.astype(np.float32)
         self.keep = result.keep
         self.episode_returns = result.episode_returns
         self.group_return_std = result.group_return_std
         self.group_dropped = result.group_dropped
         self.dropped_group_fraction = result.dropped_group_fraction
+        self.loss_weights = self._loss_weights(lengths)
         self.ref_log_probs = None
+        self._kept = np.flatnonzero(self.keep)
+        self._to_tensors()
         self.finalized = True
 
-    def set_ref_log_probs(self, indices: np.ndarray, values: np.ndarray | th.Tensor) -> None:
-        """
-        Store log-probabilities of the actions under the reference policy.
+    def _loss_weights(self, lengths: np.ndarray) -> np.ndarray | None:
+        """Per-step ``N * w_s`` of the loss aggregation (module docstring); None when all are 1."""
+        if self.loss_type in ("bnpo", "dapo"):
+            return None
+        n_kept = int(self.keep.sum())
+        kept_episodes = np.bincount(self.episode_ids[self.keep], minlength=len(lengths)) > 0
+        n_kept_episodes = max(int(kept_episodes.sum()), 1)
+        per_episode_steps = n_kept / n_kept_episodes  # mean kept episode length
+        if self.loss_type == "grpo":
+            weights = per_episode_steps / lengths[self.episode_ids]
+        else:  # dr_grpo
+            assert self.max_episode_steps is not None
+            weights = np.full(self.episode_ids.size, per_episode_steps / self.max_episode_steps)
+        return weights.astype(np.float32)
 
-        :param indices: Flat step indices (as yielded in ``GroupRolloutBufferSamples.indices``)
+    def _to_tensors(self) -> None:
+        """Copy the kept steps into tensors once; minibatches are gathered from them."""
+        kept = self._kept
+
+        def tensor(array: np.ndarray) -> th.Tensor:
+            return th.as_tensor(np.ascontiguousarray(array[kept]), device=self.device)
+
+        if isinstance(self.observations, dict):
+            observations: th.Tensor | TensorDict = {key: tensor(obs) for key, obs in self.observations.items()}
+        else:
+            observations = tensor(self.observations)
+        self._tensors = {
+            "observations": observations,
+            "actions": tensor(self.actions),
+            "old_log_prob": tensor(self.log_probs),
+            "advantages": tensor(self.advantages),
+            "loss_weights": None if self.loss_weights is None else tensor(self.loss_weights),
+            "action_masks": None if self.action_masks is None else tensor(self.action_masks),
+        }
+
+    def set_ref_log_probs(self, positions: th.Tensor | np.ndarray, values: th.Tensor | np.ndarray) -> None:
+        """
+        Store log-probabilities of the kept actions under the reference policy.
+
+        :param positions: Positions among the kept steps (as yielded in ``GroupRolloutBufferSamples.positions``)
         :param values: Reference log-probabilities for these steps
         """
         if self.ref_log_probs is None:
-            self.ref_log_probs = np.zeros(self.n_steps, dtype=np.float32)
-        if isinstance(values, th.Tensor):
-            values = values.detach().cpu().numpy()
-        self.ref_log_probs[indices] = np.asarray(values, dtype=np.float32).reshape(-1)
+            self.ref_log_probs = th.zeros(self._kept.size, dtype=th.float32, device=self.device)
+        values = th.as_tensor(values, dtype=th.float32, device=self.device).reshape(-1)
+        self.ref_log_probs[th.as_tensor(positions, device=self.device)] = values
 
     # ------------------------------------------------------------------ sampling
-    def to_torch(self, array: np.ndarray) -> th.Tensor:
-        """
-        Convert a numpy array to a PyTorch tensor on the buffer's device (no copy when possible).
-
-        :param array: Numpy array
-        :return: Tensor
-        """
-        return th.as_tensor(array, device=self.device)
-
     def get(self, batch_size: int | None = None, shuffle: bool = True) -> Generator[GroupRolloutBufferSamples, None, None]:
         """
         Iterate over minibatches of the kept steps (one full pass).
 
+        The kept steps are permuted once per pass (one gather per tensor); minibatches are then contiguous slices.
+
         :param batch_size: Number of steps per minibatch; None = all kept steps in a single minibatch.
             The last minibatch may be smaller.
-        :param shuffle: Shuffle the steps (with numpy's global RNG, seeded by SB3's ``set_random_seed``)
+        :param shuffle: Shuffle the steps (with torch's global RNG, seeded by SB3's ``set_random_seed``)
         :return: Generator of :class:`GroupRolloutBufferSamples`
         """
         if not self.finalized:
             raise RuntimeError("Call compute_advantages() before get()")
-        indices = np.flatnonzero(self.keep)
-        if shuffle:
-            indices = np.random.permutation(indices)
-        total = indices.size
+        total = self._kept.size
         if batch_size is None or batch_size <= 0:
             batch_size = max(total, 1)
-        start = 0
-        while start < total:
-            yield self._get_samples(indices[start : start + batch_size])
-            start += batch_size
-
-    def _get_samples(self, batch_inds: np.ndarray) -> GroupRolloutBufferSamples:
-        if isinstance(self.observations, dict):
-            observations: th.Tensor | TensorDict = {
-                key: self.to_torch(obs[batch_inds]) for key, obs in self.observations.items()
-            }
+        if shuffle:
+            order = th.randperm(total, device=self.device)
+            data = {key: _gather(value, order) for key, value in self._tensors.items()}
+            ref = None if self.ref_log_probs is None else self.ref_log_probs[order]
         else:
-            observations = self.to_torch(self.observations[batch_inds])
-        return GroupRolloutBufferSamples(
-            observations=observations,
-            actions=self.to_torch(self.actions[batch_inds]),
-            old_log_prob=self.to_torch(self.log_probs[batch_inds]),
-            advantages=self.to_torch(self.advantages[batch_inds]),
-            action_masks=None if self.action_masks is None else self.to_torch(self.action_masks[batch_inds]),
-            ref_log_prob=None if self.ref_log_probs is None else self.to_torch(self.ref_log_probs[batch_inds]),
-            episode_ids=self.to_torch(self.episode_ids[batch_inds]),
-            group_ids=self.to_torch(self.group_ids[batch_inds]),
-            indices=batch_inds,
-        )
+            order = th.arange(total, device=self.device)
+            data, ref = self._tensors, self.ref_log_probs
+        order_np = order.cpu().numpy()
+        for start in range(0, total, batch_size):
+            end = start + batch_size
+            yield GroupRolloutBufferSamples(
+                observations=_slice(data["observations"], start, end),  # type: ignore[arg-type]
+                actions=data["actions"][start:end],
+                old_log_prob=data["old_log_prob"][start:end],
+                advantages=data["advantages"][start:end],
+                loss_weights=_slice(data["loss_weights"], start, end),
+                action_masks=_slice(data["action_masks"], start, end),
+                ref_log_prob=_slice(ref, start, end),
+                positions=order[start:end],
+                indices=self._kept[order_np[start:end]],
+            )
+
+
+def _gather(value: Any, order: th.Tensor) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {key: v[order] for key, v in value.items()}
+    return value[order]
+
+
+def _slice(value: Any, start: int, end: int) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {key: v[start:end] for key, v in value.items()}
+    return value[start:end]

@@ -1,41 +1,93 @@
 """Group Relative Policy Optimization (GRPO) as a Stable-Baselines3 on-policy algorithm."""
 
 import copy
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.env_util import is_wrapped
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from stable_baselines3.common.vec_env import VecEnv
 
-from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL
-from baselines.grpo.buffers import GroupRolloutBuffer
+from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, SCALE_REWARDS, SUPERVISIONS
+from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer
+from baselines.grpo.callbacks import RecordedStepsProgressBar
 from baselines.grpo.policies import CnnPolicy, GRPOPolicy, MlpPolicy, MultiInputPolicy
+from baselines.grpo.wrappers import GroupStartWrapper
 
 GROUP_MODES = ("seed", "task_id")
-SUPERVISIONS = ("outcome", "process")
+#: Default ``scale_rewards``: centring only (Dr. GRPO), chosen by measurement (baselines/grpo/NOTES.md)
+DEFAULT_SCALE_REWARDS = "none"
 # Seeds drawn for env resets are in [0, MAX_SEED)
 MAX_SEED = 2**31 - 1
+#: Inherited OnPolicyAlgorithm attributes that GRPO has no use for (never stored in a saved model)
+UNUSED_ON_POLICY_ATTRIBUTES = ("n_steps", "gae_lambda", "vf_coef", "rollout_buffer_class", "rollout_buffer_kwargs")
+
+
+class Member(NamedTuple):
+    """One group member to run: its group and how its episode starts."""
+
+    group_id: int
+    seed: int
+    options: dict[str, Any]
 
 
 def _new_trajectory() -> dict[str, list[Any]]:
-    return {"observations": [], "actions": [], "log_probs": [], "rewards": [], "action_masks": []}
+    return {"observations": [], "actions": [], "log_probs": [], "rewards": [], "action_masks": [], "anchor_keys": []}
+
+
+@dataclass
+class _EnvSlot:
+    """What one env of the VecEnv is doing during a rollout."""
+
+    #: The member whose episode the env is running (None: idle, its steps are not recorded)
+    member: Member | None = None
+    trajectory: dict[str, list[Any]] = field(default_factory=_new_trajectory)
+    steps: int = 0
+    #: Key of the current state (``info["anchor_key"]`` of the last reset / step), for GiGPO
+    anchor_key: Any = None
+    #: Members whose starts are queued in the env's GroupStartWrapper, in order (queued-start mode only)
+    queued: deque[Member] = field(default_factory=deque)
+
+
+@dataclass
+class _RolloutState:
+    """Bookkeeping of the groups of one rollout."""
+
+    target: int
+    cap: int
+    pending: deque[Member] = field(default_factory=deque)
+    claimed: int = 0
+    finished_members: list[int] = field(default_factory=list)
+    complete: int = 0
+    informative: int = 0
 
 
 class GRPOLossTerms(NamedTuple):
-    """Terms of the GRPO objective for one minibatch (all scalars, token-level means)."""
+    """Terms of the GRPO objective for one minibatch (all scalars, aggregated as the loss type says)."""
 
     loss: th.Tensor
     policy_loss: th.Tensor
     entropy_loss: th.Tensor
     kl_ref: th.Tensor
-    clip_fraction: th.Tensor
+    #: Fraction of steps whose ratio is outside the clip interval (None when ``diagnostics=False``)
+    clip_fraction: th.Tensor | None
+    #: Approximate KL(behaviour || current), ``mean((ratio - 1) - log ratio)`` (SB3 PPO's early-stopping statistic;
+    #: None when ``diagnostics=False``)
+    approx_kl: th.Tensor | None
+    #: ``log_prob - old_log_prob`` per step, detached (for diagnostics computed later)
+    log_ratio: th.Tensor
 
 
 def grpo_loss(
@@ -48,20 +100,22 @@ def grpo_loss(
     clip_range_high: float | None = None,
     ent_coef: float = 0.0,
     kl_coef: float = 0.0,
+    loss_weights: th.Tensor | None = None,
+    diagnostics: bool = True,
 ) -> GRPOLossTerms:
     """
-    GRPO loss for a minibatch of steps, averaged at the token (step) level.
+    GRPO loss for a minibatch of steps.
 
-    With ``ratio = exp(log_prob - old_log_prob)``::
+    With ``ratio = exp(log_prob - old_log_prob)`` and ``avg`` the weighted mean ``mean(loss_weights * x)``
+    (the plain mean when ``loss_weights`` is None; the weights implement ``loss_type``, see
+    :mod:`baselines.grpo.buffers`)::
 
-        policy_loss  = -mean(min(ratio * A, clip(ratio, 1 - clip_range, 1 + clip_range_high) * A))
-        entropy_loss = -mean(entropy)
-        kl_ref       = mean(r - log(r) - 1),  r = pi_ref / pi_theta = exp(ref_log_prob - log_prob)   (k3 estimator)
+        policy_loss  = -avg(min(ratio * A, clip(ratio, 1 - clip_range, 1 + clip_range_high) * A))
+        entropy_loss = -avg(entropy)
+        kl_ref       = avg(r - log(r) - 1),  r = pi_ref / pi_theta = exp(ref_log_prob - log_prob)   (k3 estimator)
         loss         = policy_loss + ent_coef * entropy_loss + kl_coef * kl_ref
 
-    Every step has the same weight (DAPO token-level averaging), so long episodes are not
-    down-weighted as with GRPO's original per-sequence mean. ``kl_ref`` is exactly 0 when the
-    policy equals the reference (r = 1).
+    ``kl_ref`` is exactly 0 when the policy equals the reference (r = 1).
 
     :param log_prob: Log-probability of the actions under the current policy, ``(batch,)``
     :param old_log_prob: Log-probability under the behaviour policy that collected them, ``(batch,)``
@@ -72,94 +126,148 @@ def grpo_loss(
     :param clip_range_high: Upper clip epsilon (clip-higher, DAPO); None = ``clip_range`` (symmetric)
     :param ent_coef: Entropy bonus coefficient
     :param kl_coef: Coefficient of the KL penalty to the reference policy
-    :return: :class:`GRPOLossTerms`; ``clip_fraction`` is the fraction of steps whose ratio is outside the clip interval
+    :param loss_weights: Per-step weights of the loss aggregation, ``(batch,)``; None = all 1 (per-step mean)
+    :param diagnostics: Also compute ``clip_fraction`` and ``approx_kl`` (unweighted); ``GRPO.train`` computes them
+        once per update from the stored ``log_ratio`` instead
+    :return: :class:`GRPOLossTerms`
     """
     high = clip_range if clip_range_high is None else clip_range_high
-    ratio = th.exp(log_prob - old_log_prob)
+
+    def avg(values: th.Tensor) -> th.Tensor:
+        return values.mean() if loss_weights is None else (loss_weights * values).mean()
+
+    log_ratio = log_prob - old_log_prob
+    ratio = th.exp(log_ratio)
     surrogate_1 = advantages * ratio
     surrogate_2 = advantages * th.clamp(ratio, 1.0 - clip_range, 1.0 + high)
-    policy_loss = -th.min(surrogate_1, surrogate_2).mean()
-    if entropy is None:
-        entropy_loss = -th.mean(-log_prob)
-    else:
-        entropy_loss = -th.mean(entropy)
+    policy_loss = -avg(th.min(surrogate_1, surrogate_2))
+    entropy_loss = -avg(-log_prob if entropy is None else entropy)
+    # without an entropy bonus its term stays out of the graph: backward has fewer nodes to visit
+    loss = policy_loss + ent_coef * entropy_loss if ent_coef != 0 else policy_loss
     if ref_log_prob is None:
         kl_ref = th.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     else:
         log_r = ref_log_prob - log_prob
-        kl_ref = th.mean(th.exp(log_r) - log_r - 1.0)
-    loss = policy_loss + ent_coef * entropy_loss + kl_coef * kl_ref
-    with th.no_grad():
-        clip_fraction = ((ratio < 1.0 - clip_range) | (ratio > 1.0 + high)).float().mean()
-    return GRPOLossTerms(loss, policy_loss, entropy_loss, kl_ref, clip_fraction)
+        kl_ref = avg(th.exp(log_r) - log_r - 1.0)
+        loss = loss + kl_coef * kl_ref
+    log_ratio = log_ratio.detach()
+    clip_fraction = approx_kl = None
+    if diagnostics:
+        clip_fraction, approx_kl = ratio_diagnostics(log_ratio, clip_range, high)
+    return GRPOLossTerms(loss, policy_loss, entropy_loss, kl_ref, clip_fraction, approx_kl, log_ratio)
+
+
+@th.no_grad()
+def ratio_diagnostics(log_ratio: th.Tensor, clip_range: float, clip_range_high: float) -> tuple[th.Tensor, th.Tensor]:
+    """
+    PPO's diagnostics of the probability ratios of a set of steps.
+
+    :param log_ratio: ``log pi_theta - log pi_old`` per step
+    :param clip_range: Lower clip epsilon
+    :param clip_range_high: Upper clip epsilon
+    :return: the fraction of steps whose ratio is outside ``[1 - clip_range, 1 + clip_range_high]`` and the
+        approximate KL(old || new) ``mean((ratio - 1) - log ratio)``
+    """
+    ratio = th.exp(log_ratio)
+    clip_fraction = ((ratio < 1.0 - clip_range) | (ratio > 1.0 + clip_range_high)).float().mean()
+    return clip_fraction, ((ratio - 1.0) - log_ratio).mean()
 
 
 class GRPO(OnPolicyAlgorithm):
     """
     Group Relative Policy Optimization (GRPO), critic-free PPO-style policy optimization.
 
-    Paper: DeepSeekMath (Shao et al. 2024, https://arxiv.org/abs/2402.03300). Options from
-    Dr. GRPO (Liu et al. 2025, no std normalisation) and DAPO (Yu et al. 2025, clip-higher,
-    token-level loss, dropping groups with tied returns).
+    Paper: DeepSeekMath (Shao et al. 2024, https://arxiv.org/abs/2402.03300). Variants named as in TRL's
+    ``GRPOTrainer`` so that users can map them: ``loss_type`` (DeepSeekMath's per-episode mean, DAPO's per-step
+    mean, Dr. GRPO's constant normaliser), ``scale_rewards`` (group std, batch std, none = Dr. GRPO), DAPO's
+    clip-higher (``clip_range_high``) and dynamic sampling (``dynamic_sampling``), optional masking of truncated
+    episodes (``mask_truncated_episodes``), a k3 KL penalty to a reference policy (``kl_coef``).
 
-    **What a rollout is.** One rollout is ``groups_per_rollout`` groups of ``group_size`` complete
-    episodes each (so ``groups_per_rollout * group_size`` episodes, of variable total step count).
-    All members of a group start from the same task:
+    * DeepSeekMath: Shao et al. 2024, https://arxiv.org/abs/2402.03300
+    * Dr. GRPO ("Understanding R1-Zero-Like Training"): Liu et al. 2025, https://arxiv.org/abs/2503.20783
+    * DAPO: Yu et al. 2025, https://arxiv.org/abs/2503.14476
 
-    * ``group_mode="seed"``: all members are reset with the same seed (same start state and same
-      env noise stream), so any Gymnasium env whose ``reset(seed=...)`` fixes the start works
-      (e.g. CartPole-v1). Group seeds are drawn from the algorithm's RNG.
-    * ``group_mode="task_id"``: all members are reset with ``options={"task_id": k}`` and distinct
-      fresh seeds; ``k`` is drawn uniformly from ``range(num_tasks)`` where ``num_tasks`` is the
-      env attribute ``num_tasks``.
+    **What a rollout is.** One rollout is ``groups_per_rollout`` groups of ``group_size`` complete episodes each
+    (with ``dynamic_sampling``, more groups are drawn until ``groups_per_rollout`` of them are informative, up to
+    ``max_groups_drawn``). All members of a group start from the same task:
 
-    **How episodes are collected.** SB3 VecEnvs auto-reset finished envs without seed/options, so
-    GRPO assigns starts itself. The ``groups_per_rollout * group_size`` (group, member) slots are
-    taken in order. The first ``n_envs`` are started together: each env's reset seed is written into
-    the VecEnv's per-env seed list (the list ``VecEnv.reset()`` consumes, ``env.unwrapped._seeds``,
-    since ``VecEnv.seed(s)`` can only give ``s + env_idx``) and its options through
-    ``VecEnv.set_options``; then ``reset()`` is called. With ``refill_envs=True`` (default, on an
-    unwrapped DummyVecEnv/SubprocVecEnv), an env whose episode ends is immediately reset with the next
-    slot's seed/options through ``env_method("reset", ...)``, so envs only idle at the very end of a
-    rollout. Otherwise collection runs in synchronous *waves* of ``n_envs`` slots, each lasting as long
-    as its longest episode (finished envs idle, their steps are wasted compute). Either way,
-    transitions of an env after its episode ended (the VecEnv's auto-reset episode) are never recorded,
-    counted in ``num_timesteps``, nor reported to ``ep_info_buffer``, and members of a group share the
-    seed / task wherever they run.
+    * ``group_mode="seed"``: all members are reset with the same seed (same start state and same env noise
+      stream), so any Gymnasium env whose ``reset(seed=...)`` fixes the start works (e.g. CartPole-v1). Group seeds
+      are drawn from the algorithm's group RNG (saved with the model).
+    * ``group_mode="task_id"``: all members are reset with ``options={"task_id": k}`` and distinct fresh seeds;
+      ``k`` is drawn uniformly from ``range(num_tasks)`` where ``num_tasks`` is the env attribute ``num_tasks``.
 
-    Time-limit truncation: a truncated episode is a complete group member; its return is the sum
-    of its rewards (there is no critic to bootstrap from).
+    **How episodes start.** SB3 VecEnvs reset a finished env on their own, without seed or options. GRPO starts
+    every member through public VecEnv API only, in one of two ways:
+
+    * *queued starts* (when every env is wrapped in :class:`~baselines.grpo.wrappers.GroupStartWrapper`; GRPO adds
+      it when it builds the VecEnv from an env id or a ``gym.Env``): the next member's ``(seed, options)`` is
+      queued in the env ahead of time (``env_method("queue_starts", ...)``), and the VecEnv's own auto-reset (or
+      ``VecEnv.reset()``) starts it. One reset per episode; works through VecEnv wrappers.
+    * *direct resets* (any VecEnv that is not a VecEnvWrapper): a finished env is reset again with
+      ``env_method("reset", seed=..., options=..., indices=[i])`` (the VecEnv's auto-reset is wasted).
+
+    A VecEnvWrapper (VecNormalize, VecMonitor, ...) whose envs lack the GroupStartWrapper is refused: a direct
+    reset would bypass it. With ``refill_envs=True`` (default) an env whose episode ends starts the next member
+    at once; otherwise collection runs in synchronous waves of ``n_envs`` members. Steps of envs that have no
+    member (the auto-reset episodes of envs waiting for the rollout to end) are never recorded, counted in
+    ``num_timesteps``, reported to ``ep_info_buffer`` nor shown to callbacks.
+
+    **Callbacks** are called once per vectorized step and see only the recorded envs: in ``self.locals``,
+    ``infos``, ``dones``, ``rewards``, ``actions`` and ``new_obs`` hold the recorded envs' entries (in env order),
+    ``env_indices`` their indices in the VecEnv and ``wave_members`` their :class:`Member`. ``recorded`` is
+    ``range(len(infos))``. ``learn(progress_bar=True)`` counts recorded steps.
+
+    **Truncation**: a truncated episode (time limit, or ``max_episode_steps``) is a complete group member whose
+    return is the sum of its rewards (there is no critic to bootstrap from); ``mask_truncated_episodes=True``
+    leaves its steps out of the update (it still counts in its group's statistics).
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy) or a ``GRPOPolicy`` subclass
     :param env: The environment to learn from (if registered in Gym, can be str)
-    :param learning_rate: The learning rate, it can be a function of the current progress remaining (from 1 to 0)
+    :param learning_rate: The learning rate, it can be a function of the current progress remaining (from 1 to 0,
+        never below 0)
     :param group_size: Number of episodes per group (G >= 2) that share a start task
-    :param groups_per_rollout: Number of groups collected per rollout (one policy update phase per rollout)
+    :param groups_per_rollout: Number of groups per rollout (one policy update phase per rollout); with
+        ``dynamic_sampling``, the number of informative groups to reach
     :param batch_size: Minibatch size, in (kept) steps; None = all kept steps of the rollout in one minibatch
     :param n_epochs: Number of passes over the rollout when optimizing the surrogate loss
     :param clip_range: Clipping parameter epsilon_low (ratio clipped below at ``1 - clip_range``),
         it can be a function of the current progress remaining (from 1 to 0)
-    :param clip_range_high: Clip-higher epsilon_high (ratio clipped above at ``1 + clip_range_high``), float or
-        schedule; None (default) = ``clip_range`` (symmetric clipping)
+    :param clip_range_high: Clip-higher epsilon_high (ratio clipped above at ``1 + clip_range_high``, DAPO), float
+        or schedule; None (default) = ``clip_range`` (symmetric clipping)
     :param ent_coef: Entropy coefficient for the loss calculation
     :param kl_coef: Coefficient of the KL penalty to a frozen reference policy (k3 estimator ``r - log r - 1`` with
         ``r = pi_ref / pi_theta``). 0.0 (default): no reference policy is kept at all
     :param ref_update_interval: Copy the current policy into the reference every this many rollouts (updates);
         None = the reference is the initial policy forever. Only used when ``kl_coef > 0``
-    :param normalize_std: Divide the group-centred rewards by the group std (GRPO). False = Dr. GRPO (centring only)
+    :param loss_type: How per-step terms are aggregated (see :mod:`baselines.grpo.buffers`): ``"grpo"`` (mean over
+        each episode's steps, then over episodes: DeepSeekMath), ``"bnpo"`` / ``"dapo"`` (mean over steps: DAPO; the
+        default), ``"dr_grpo"`` (sum over steps / (episodes x maximum episode length): Dr. GRPO; the maximum length
+        is ``max_episode_steps``, else the env's time limit)
+    :param scale_rewards: What the group-centred rewards are divided by (see :mod:`baselines.grpo.advantages`):
+        ``"group"`` (the group's std, GRPO as published and TRL's default), ``"batch"`` (the rollout's std),
+        ``"none"`` (no division, Dr. GRPO; the default). Stds are sample stds (ddof=1) plus ``adv_eps``, as in TRL.
+        The defaults (``"bnpo"``, ``"none"``, ``ent_coef=0``) learned best on CartPole-v1 over 8 seeds, and std
+        scaling made GRPO collapse to "submit at once" on EDO-v0 (baselines/grpo/NOTES.md)
+    :param normalize_std: Deprecated alias: True = ``scale_rewards="group"``, False = ``scale_rewards="none"``
     :param supervision: ``"outcome"`` (episode return, same advantage for all steps of an episode) or
         ``"process"`` (per-step rewards normalised over the group, then return-to-go), see ``advantages.py``
-    :param filter_zero_std_groups: Drop groups whose returns all tie (std < ``std_tol``) from the update (DAPO)
-    :param std_tol: Tolerance, in reward units, under which a group's return std counts as zero
-    :param adv_eps: Added to the group std before dividing (avoids division by zero)
+    :param filter_zero_std_groups: Drop tied groups from the update (their values all tie: returns, or step rewards
+        under process supervision)
+    :param dynamic_sampling: DAPO dynamic sampling: keep drawing groups until ``groups_per_rollout`` informative
+        (untied) groups exist or ``max_groups_drawn`` groups were drawn. Needs ``filter_zero_std_groups``
+    :param max_groups_drawn: Cap on the groups drawn per rollout with ``dynamic_sampling``; None = 4 x
+        ``groups_per_rollout``
+    :param std_tol: Tolerance, in reward units, under which a group's std counts as zero (tie)
+    :param adv_eps: Added to the std before dividing (TRL's 1e-4)
+    :param mask_truncated_episodes: Leave truncated episodes out of the loss (TRL's ``mask_truncated_completions``)
     :param group_mode: ``"seed"`` or ``"task_id"``: how members of a group are made to share a start (see above)
-    :param use_masking: Use invalid action masks when the env exposes ``action_masks()`` (checked at each rollout)
-    :param refill_envs: When an env's episode ends and members of the rollout remain, reset that env at once with
-        the next member's seed/options (``env_method("reset", ...)``) instead of letting it idle until the wave's
-        longest episode ends. Only on an unwrapped DummyVecEnv/SubprocVecEnv; False = strict synchronous waves
+    :param use_masking: Invalid action masks: None (default) uses them when the env has ``action_masks()``, True
+        requires them (ValueError otherwise), False never uses them. ``learn(use_masking=...)`` overrides it
+    :param refill_envs: Start the next member on an env as soon as its episode ends; False = synchronous waves
     :param max_episode_steps: Optional safety cut, in env steps: an episode still running after this many steps is
         ended by the algorithm and stored as truncated (Monitor does not report it, the env never ended it).
-        None (default) relies on the env ending its episodes
+        None (default) relies on the env ending its episodes. Also the ``L_max`` of ``loss_type="dr_grpo"``
     :param gamma: Discount factor of the return-to-go for process supervision (unitless). Outcome supervision uses
         undiscounted returns
     :param max_grad_norm: The maximum value (L2 norm) for the gradient clipping
@@ -181,6 +289,8 @@ class GRPO(OnPolicyAlgorithm):
         "CnnPolicy": CnnPolicy,
         "MultiInputPolicy": MultiInputPolicy,
     }
+    #: Whether collection records ``info["anchor_key"]`` per step (GiGPO)
+    _records_anchor_keys: ClassVar[bool] = False
     policy: GRPOPolicy  # type: ignore[assignment]
     rollout_buffer: GroupRolloutBuffer  # type: ignore[assignment]
     ref_policy: GRPOPolicy | None
@@ -199,13 +309,18 @@ class GRPO(OnPolicyAlgorithm):
         ent_coef: float = 0.0,
         kl_coef: float = 0.0,
         ref_update_interval: int | None = None,
-        normalize_std: bool = True,
+        loss_type: str = "bnpo",
+        scale_rewards: str = DEFAULT_SCALE_REWARDS,
+        normalize_std: bool | None = None,
         supervision: str = "outcome",
         filter_zero_std_groups: bool = True,
+        dynamic_sampling: bool = False,
+        max_groups_drawn: int | None = None,
         std_tol: float = DEFAULT_STD_TOL,
         adv_eps: float = DEFAULT_EPS,
+        mask_truncated_episodes: bool = False,
         group_mode: str = "seed",
-        use_masking: bool = True,
+        use_masking: bool | None = None,
         refill_envs: bool = True,
         max_episode_steps: int | None = None,
         gamma: float = 1.0,
@@ -223,8 +338,7 @@ class GRPO(OnPolicyAlgorithm):
             policy,  # type: ignore[arg-type]
             env,
             learning_rate=learning_rate,
-            # n_steps / gae_lambda / vf_coef are inherited attributes that GRPO does not use:
-            # a rollout is defined in episodes (groups_per_rollout * group_size), there is no critic.
+            # placeholders for OnPolicyAlgorithm's signature: deleted below, GRPO has no n_steps / GAE / critic
             n_steps=1,
             gamma=gamma,
             gae_lambda=1.0,
@@ -242,7 +356,15 @@ class GRPO(OnPolicyAlgorithm):
             _init_setup_model=False,
             supported_action_spaces=(spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box),
         )
+        for name in UNUSED_ON_POLICY_ATTRIBUTES:
+            self.__dict__.pop(name, None)
 
+        if normalize_std is not None:
+            mapped = "group" if normalize_std else "none"
+            if scale_rewards not in (DEFAULT_SCALE_REWARDS, mapped):
+                raise ValueError(f"normalize_std={normalize_std} contradicts scale_rewards={scale_rewards!r}")
+            warnings.warn(f"`normalize_std` is deprecated: use scale_rewards={mapped!r}", DeprecationWarning, stacklevel=2)
+            scale_rewards = mapped
         if group_size < 2:
             raise ValueError(f"`group_size` must be >= 2 (a group-relative baseline needs 2 members), got {group_size}")
         if groups_per_rollout < 1:
@@ -252,15 +374,25 @@ class GRPO(OnPolicyAlgorithm):
         if n_epochs < 1:
             raise ValueError(f"`n_epochs` must be >= 1, got {n_epochs}")
         if group_mode not in GROUP_MODES:
-            raise ValueError(f"Unknown group_mode '{group_mode}', expected one of {GROUP_MODES}")
+            raise ValueError(f"Unknown group_mode {group_mode!r}, expected one of {GROUP_MODES}")
         if supervision not in SUPERVISIONS:
-            raise ValueError(f"Unknown supervision '{supervision}', expected one of {SUPERVISIONS}")
+            raise ValueError(f"Unknown supervision {supervision!r}, expected one of {SUPERVISIONS}")
+        if loss_type not in LOSS_TYPES:
+            raise ValueError(f"Unknown loss_type {loss_type!r}, expected one of {LOSS_TYPES}")
+        if scale_rewards not in SCALE_REWARDS:
+            raise ValueError(f"Unknown scale_rewards {scale_rewards!r}, expected one of {SCALE_REWARDS}")
         if kl_coef < 0:
             raise ValueError(f"`kl_coef` must be >= 0, got {kl_coef}")
         if ref_update_interval is not None and ref_update_interval < 1:
             raise ValueError(f"`ref_update_interval` must be >= 1 or None, got {ref_update_interval}")
         if max_episode_steps is not None and max_episode_steps < 1:
             raise ValueError(f"`max_episode_steps` must be >= 1 or None, got {max_episode_steps}")
+        if dynamic_sampling and not filter_zero_std_groups:
+            raise ValueError("dynamic_sampling=True replaces dropped tied groups: it needs filter_zero_std_groups=True")
+        if max_groups_drawn is not None and max_groups_drawn < groups_per_rollout:
+            raise ValueError(
+                f"`max_groups_drawn` must be >= groups_per_rollout ({groups_per_rollout}), got {max_groups_drawn}"
+            )
 
         self.group_size = group_size
         self.groups_per_rollout = groups_per_rollout
@@ -270,11 +402,15 @@ class GRPO(OnPolicyAlgorithm):
         self.clip_range_high = clip_range_high
         self.kl_coef = kl_coef
         self.ref_update_interval = ref_update_interval
-        self.normalize_std = normalize_std
+        self.loss_type = loss_type
+        self.scale_rewards = scale_rewards
         self.supervision = supervision
         self.filter_zero_std_groups = filter_zero_std_groups
+        self.dynamic_sampling = dynamic_sampling
+        self.max_groups_drawn = max_groups_drawn
         self.std_tol = std_tol
         self.adv_eps = adv_eps
+        self.mask_truncated_episodes = mask_truncated_episodes
         self.group_mode = group_mode
         self.use_masking = use_masking
         self.refill_envs = refill_envs
@@ -283,6 +419,11 @@ class GRPO(OnPolicyAlgorithm):
         self.ref_policy = None
         self._n_rollouts_trained = 0
         self._group_rng = np.random.default_rng(seed)
+        #: Group RNG state restored by ``_setup_model`` after ``load`` (set by ``save``)
+        self._group_rng_state: dict[str, Any] | None = None
+        #: Running estimate of the fraction of informative groups (dynamic sampling draws target / rate groups)
+        self._informative_rate = 1.0
+        self._use_masking_now = False
 
         if self.env is not None and group_mode == "task_id":
             # Fail fast on a misconfigured env
@@ -293,8 +434,17 @@ class GRPO(OnPolicyAlgorithm):
 
     # ------------------------------------------------------------------ setup
     def _setup_model(self) -> None:
+        if "normalize_std" in self.__dict__:  # a model saved before scale_rewards existed
+            self.scale_rewards = "group" if self.__dict__.pop("normalize_std") else "none"
+            if self.use_masking:  # its use_masking=True meant "when the env has masks", now None
+                self.use_masking = None
+        for name in UNUSED_ON_POLICY_ATTRIBUTES:
+            self.__dict__.pop(name, None)
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
+        if self._group_rng_state is not None:  # load(): continue the saved group sequence
+            self._group_rng.bit_generator.state = self._group_rng_state
+            self._group_rng_state = None
 
         self.policy = self.policy_class(  # type: ignore[assignment]
             self.observation_space,
@@ -306,17 +456,9 @@ class GRPO(OnPolicyAlgorithm):
         if not isinstance(self.policy, GRPOPolicy):
             raise TypeError("Policy must subclass GRPOPolicy")
 
-        self.rollout_buffer = GroupRolloutBuffer(
-            self.observation_space,
-            self.action_space,
-            device=self.device,
-            gamma=self.gamma,
-            supervision=self.supervision,
-            normalize_std=self.normalize_std,
-            filter_zero_std_groups=self.filter_zero_std_groups,
-            std_tol=self.std_tol,
-            eps=self.adv_eps,
-        )
+        # dr_grpo reads its maximum episode length from the env: without one (load), the buffer is built by learn()
+        if self.env is not None or self.loss_type != "dr_grpo":
+            self.rollout_buffer = self._make_rollout_buffer()
 
         self.ref_policy = None
         if self.kl_coef > 0:
@@ -328,6 +470,58 @@ class GRPO(OnPolicyAlgorithm):
 
         self._maybe_recommend_cpu("GRPOPolicy")
 
+    def _rollout_buffer_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the rollout buffer (subclasses add theirs)."""
+        return dict(
+            device=self.device,
+            gamma=self.gamma,
+            supervision=self.supervision,
+            scale_rewards=self.scale_rewards,
+            filter_zero_std_groups=self.filter_zero_std_groups,
+            std_tol=self.std_tol,
+            eps=self.adv_eps,
+            loss_type=self.loss_type,
+            max_episode_steps=self._max_episode_length(),
+            mask_truncated_episodes=self.mask_truncated_episodes,
+        )
+
+    def _make_rollout_buffer(self) -> GroupRolloutBuffer:
+        return GroupRolloutBuffer(self.observation_space, self.action_space, **self._rollout_buffer_kwargs())
+
+    def _max_episode_length(self) -> int | None:
+        """
+        ``L_max`` of ``loss_type="dr_grpo"``: ``max_episode_steps``, else the env's time limit (``spec``).
+
+        :return: The maximum episode length in steps; None when not needed (other loss types) or not known yet
+            (no env); raises ValueError for ``"dr_grpo"`` on an env without a time limit
+        """
+        if self.loss_type != "dr_grpo":
+            return self.max_episode_steps
+        if self.max_episode_steps is not None:
+            return self.max_episode_steps
+        if self.env is None:
+            return None
+        try:
+            spec = self.env.get_attr("spec", indices=[0])[0]
+        except AttributeError:
+            spec = None
+        limit = getattr(spec, "max_episode_steps", None)
+        if limit is None:
+            raise ValueError(
+                "loss_type='dr_grpo' divides by a constant maximum episode length: pass max_episode_steps "
+                "or use an env with a time limit (gym.make(..., max_episode_steps=...))"
+            )
+        return int(limit)
+
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        """SB3's wrapping (Monitor, DummyVecEnv), plus a GroupStartWrapper so that every episode starts once."""
+        if not isinstance(env, VecEnv) and not is_wrapped(env, GroupStartWrapper):
+            if monitor_wrapper and not is_wrapped(env, Monitor):
+                env = Monitor(env)
+            env = GroupStartWrapper(env)
+        return BaseAlgorithm._wrap_env(env, verbose, monitor_wrapper)
+
     def set_random_seed(self, seed: int | None = None) -> None:
         """
         Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space)
@@ -337,6 +531,17 @@ class GRPO(OnPolicyAlgorithm):
         """
         super().set_random_seed(seed)
         self._group_rng = np.random.default_rng(seed)
+
+    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None:
+        """
+        Progress remaining, from 1 to 0, **clamped at 0**: a rollout of whole groups may end past
+        ``total_timesteps``, and a negative progress would give a negative learning rate (gradient ascent) or clip
+        range with SB3's linear schedules.
+
+        :param num_timesteps: current number of timesteps
+        :param total_timesteps: total number of timesteps of the ``learn()`` call
+        """
+        self._current_progress_remaining = max(0.0, 1.0 - float(num_timesteps) / float(total_timesteps))
 
     def _update_reference(self) -> None:
         """Make the reference policy a frozen copy of the current policy."""
@@ -349,8 +554,19 @@ class GRPO(OnPolicyAlgorithm):
             self.ref_policy.load_state_dict(self.policy.state_dict())
         self.ref_policy.set_training_mode(False)
 
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """
+        Save the model (see ``BaseAlgorithm.save``), including the group RNG state: a loaded model continues the
+        sequence of group seeds / tasks instead of replaying it from the seed.
+        """
+        self._group_rng_state = self._group_rng.bit_generator.state
+        try:
+            super().save(path, exclude=exclude, include=include)
+        finally:
+            self._group_rng_state = None
+
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "ref_policy", "_group_rng"]
+        return [*super()._excluded_save_params(), "ref_policy", "_group_rng", "_use_masking_now"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts = ["policy", "policy.optimizer"]
@@ -358,7 +574,38 @@ class GRPO(OnPolicyAlgorithm):
             state_dicts.append("ref_policy")
         return state_dicts, []
 
-    # ------------------------------------------------------------------ collection
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        """SB3's callback setup, with a progress bar that counts recorded steps (not ``n_envs`` per step)."""
+        callback = super()._init_callback(callback, progress_bar=False)
+        if progress_bar:
+            callback = CallbackList([callback, RecordedStepsProgressBar()])
+            callback.init_callback(self)
+        return callback
+
+    # ------------------------------------------------------------------ masks
+    def _resolve_masking(self, env: VecEnv, use_masking: bool | None) -> bool:
+        """
+        Whether this ``learn()`` call samples with action masks.
+
+        :param env: The training env
+        :param use_masking: None = when the env has ``action_masks()`` (and the action space supports masks);
+            True = required; False = never
+        :return: Whether to use masks
+        """
+        supported = is_masking_supported(env)
+        if use_masking is None:
+            return supported and self.policy.supports_masking
+        if use_masking:
+            if not supported:
+                raise ValueError(
+                    "use_masking=True but the env has no `action_masks()` method "
+                    "(sb3-contrib convention); pass use_masking=False or None"
+                )
+            if not self.policy.supports_masking:
+                raise ValueError(f"use_masking=True but {type(self.action_space).__name__} action spaces do not support masks")
+        return bool(use_masking)
+
+    # ------------------------------------------------------------------ groups
     @staticmethod
     def _get_num_tasks(env: VecEnv) -> int:
         """
@@ -377,54 +624,61 @@ class GRPO(OnPolicyAlgorithm):
             raise ValueError(f"env.num_tasks must be >= 1, got {num_tasks}")
         return num_tasks
 
-    def _plan_group_members(self, env: VecEnv, n_groups: int) -> list[tuple[int, int, dict[str, Any]]]:
+    def _plan_group_members(self, env: VecEnv, n_groups: int, first_group_id: int = 0) -> list[Member]:
         """
-        Draw the start of every group member of a rollout.
+        Draw the start of every member of ``n_groups`` new groups from the group RNG.
 
         :param env: The VecEnv (read for ``num_tasks`` in task_id mode)
         :param n_groups: Number of groups
-        :return: ``(group_id, reset_seed, reset_options)`` for every member, groups in order
+        :param first_group_id: Id of the first new group (ids are consecutive)
+        :return: The members, groups in order
         """
-        members: list[tuple[int, int, dict[str, Any]]] = []
+        members: list[Member] = []
         if self.group_mode == "seed":
-            for group_id in range(n_groups):
+            for group_id in range(first_group_id, first_group_id + n_groups):
                 group_seed = int(self._group_rng.integers(MAX_SEED))
-                members += [(group_id, group_seed, {}) for _ in range(self.group_size)]
+                members += [Member(group_id, group_seed, {}) for _ in range(self.group_size)]
         else:
             num_tasks = self._get_num_tasks(env)
-            task_ids = self._group_rng.integers(num_tasks, size=n_groups)
-            for group_id in range(n_groups):
+            for group_id in range(first_group_id, first_group_id + n_groups):
+                task_id = int(self._group_rng.integers(num_tasks))
                 seeds = self._group_rng.integers(MAX_SEED, size=self.group_size)
-                members += [(group_id, int(s), {"task_id": int(task_ids[group_id])}) for s in seeds]
+                members += [Member(group_id, int(s), {"task_id": task_id}) for s in seeds]
         return members
 
-    def _can_refill(self, env: VecEnv) -> bool:
-        """Refill finished envs with the next member only on an unwrapped DummyVecEnv/SubprocVecEnv.
+    def _claim_groups(self, env: VecEnv, state: _RolloutState, n_groups: int) -> None:
+        """Add ``n_groups`` new groups to the rollout (their members wait in ``state.pending``)."""
+        state.pending.extend(self._plan_group_members(env, n_groups, first_group_id=state.claimed))
+        state.claimed += n_groups
+        state.finished_members += [0] * n_groups
 
-        A per-env ``env_method("reset")`` bypasses VecEnv wrappers (VecNormalize, VecFrameStack, ...), whose
-        transformed observations it would not produce; wrapped VecEnvs fall back to synchronous waves.
+    def _groups_to_claim(self, state: _RolloutState) -> int:
         """
-        return self.refill_envs and isinstance(env, (DummyVecEnv, SubprocVecEnv))
+        How many more groups the rollout needs now.
 
-    @staticmethod
-    def _set_reset_seeds(env: VecEnv, seeds: list[int | None]) -> None:
+        Without dynamic sampling: up to ``target``. With it: while the informative groups found plus the expected
+        informative share of the unfinished ones fall short of ``target`` (and the cap allows).
         """
-        Set one reset seed per env for the next ``env.reset()``.
+        if not self.dynamic_sampling:
+            return max(state.target - state.claimed, 0)
+        n = 0
+        unfinished = state.claimed - state.complete
+        while state.claimed + n < state.cap and state.informative + (unfinished + n) * self._informative_rate < state.target:
+            n += 1
+        return n
 
-        ``VecEnv.seed(s)`` would give env ``i`` the seed ``s + i``; GRPO needs arbitrary per-env seeds
-        (identical ones for members of a group), so the per-env seed list that DummyVecEnv /
-        SubprocVecEnv ``reset()`` consume (and then clear) is written directly on the innermost VecEnv.
-
-        :param env: The (possibly wrapped) VecEnv
-        :param seeds: One seed per env
-        """
-        base_env = env.unwrapped
-        if not hasattr(base_env, "_seeds") or len(base_env._seeds) != env.num_envs:
+    # ------------------------------------------------------------------ collection
+    def _start_mode(self, env: VecEnv) -> str:
+        """``"queue"`` (every env has a GroupStartWrapper) or ``"direct"`` (env_method resets, unwrapped VecEnvs)."""
+        if all(env.env_is_wrapped(GroupStartWrapper)):
+            return "queue"
+        if env.unwrapped is not env:
             raise TypeError(
-                f"{type(base_env).__name__} does not expose the per-env reset seed list `_seeds` "
-                "(as SB3's DummyVecEnv/SubprocVecEnv do); GRPO cannot seed group members"
+                f"{type(env).__name__} wraps a VecEnv: GRPO cannot start group members through it without bypassing "
+                "it. Wrap each env in baselines.grpo.GroupStartWrapper "
+                "(make_vec_env(..., wrapper_class=GroupStartWrapper)), then wrap the VecEnv"
             )
-        base_env._seeds = list(seeds)
+        return "direct"
 
     def collect_rollouts(  # type: ignore[override]
         self,
@@ -434,150 +688,264 @@ class GRPO(OnPolicyAlgorithm):
         n_groups: int | None = None,
     ) -> bool:
         """
-        Collect ``n_groups`` groups of ``group_size`` complete episodes with the current policy
-        (see the class docstring) and compute their advantages.
+        Collect groups of complete episodes with the current policy (see the class docstring) and compute their
+        advantages.
 
         :param env: The training environment
         :param callback: Callback that will be called at each (vectorized) step
             (and at the beginning and end of the rollout)
         :param rollout_buffer: Buffer to fill with complete episodes
-        :param n_groups: Number of groups to collect; None = ``groups_per_rollout``
+        :param n_groups: Number of groups (informative groups with dynamic sampling); None = ``groups_per_rollout``
         :return: True if the rollout was completed, False if the callback stopped it
         """
-        n_groups = self.groups_per_rollout if n_groups is None else n_groups
+        target = self.groups_per_rollout if n_groups is None else n_groups
+        cap = target if not self.dynamic_sampling else max(self.max_groups_drawn or 4 * target, target)
         self.policy.set_training_mode(False)
         rollout_buffer.reset()
-        use_masking = self.use_masking and self.policy.supports_masking and is_masking_supported(env)
-
+        mode = self._start_mode(env)
         callback.on_rollout_start()
 
-        members = self._plan_group_members(env, n_groups)
-        n_envs = env.num_envs
-        if self._can_refill(env):
-            # one wave for the first n_envs members; every env that finishes is re-seeded with the next member
-            if not self._collect_wave(env, callback, rollout_buffer, members[:n_envs], use_masking, pending=members[n_envs:]):
-                return False
-        else:
-            for wave_start in range(0, len(members), n_envs):
-                if not self._collect_wave(
-                    env, callback, rollout_buffer, members[wave_start : wave_start + n_envs], use_masking
-                ):
-                    return False
+        state = _RolloutState(target=target, cap=cap)
+        self._claim_groups(env, state, self._groups_to_claim(state))
+        slots = [_EnvSlot() for _ in range(env.num_envs)]
+        obs = self._start_idle_envs(env, mode, slots, state, self._last_obs)
+        completed = self._run_episodes(env, callback, rollout_buffer, mode, slots, state, obs)
+        if mode == "queue":
+            env.env_method("clear_starts")
+        if not completed:
+            return False
 
         rollout_buffer.compute_advantages()
+        if self.dynamic_sampling and state.complete > 0:
+            observed = state.informative / state.complete
+            self._informative_rate = float(np.clip(0.5 * self._informative_rate + 0.5 * observed, target / cap, 1.0))
+        self._record_rollout_stats(rollout_buffer, state)
 
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
 
-    def _collect_wave(
+    def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: _RolloutState) -> None:
+        self.logger.record("rollout/groups_drawn", state.claimed)
+        self.logger.record("rollout/informative_groups", int((~buffer.group_dropped).sum()))
+        self.logger.record("rollout/dropped_group_fraction", buffer.dropped_group_fraction)
+        self.logger.record("rollout/group_return_std", float(np.mean(buffer.group_return_std)))
+        self.logger.record("rollout/truncated_fraction", float(np.mean(buffer.episode_truncated)))
+
+    def _start_member_now(self, env: VecEnv, env_idx: int, slot: _EnvSlot, member: Member) -> tuple[Any, dict]:
+        """
+        Reset one env into ``member`` at once (``env_method``; never through a VecEnvWrapper).
+
+        In queued-start mode ``member`` is either the env's first queued start (which the wrapper pops, with the same
+        seed and options) or the env has none queued (the explicit seed and options apply).
+        """
+        obs, info = env.env_method("reset", seed=member.seed, options=dict(member.options), indices=[env_idx])[0]
+        self._begin_episode(slot, member, info)
+        return obs, info
+
+    def _begin_episode(self, slot: _EnvSlot, member: Member, reset_info: dict) -> None:
+        slot.member = member
+        slot.trajectory = _new_trajectory()
+        slot.steps = 0
+        slot.anchor_key = reset_info.get("anchor_key") if self._records_anchor_keys else None
+
+    def _queue_next(self, env: VecEnv, env_idx: int, slot: _EnvSlot, state: _RolloutState, n: int = 1) -> None:
+        """Queue up to ``n`` pending members as the next starts of env ``env_idx`` (queued-start mode)."""
+        members = [state.pending.popleft() for _ in range(min(n, len(state.pending)))]
+        if members:
+            env.env_method("queue_starts", [(m.seed, dict(m.options)) for m in members], indices=[env_idx])
+            slot.queued.extend(members)
+
+    def _start_idle_envs(self, env: VecEnv, mode: str, slots: list[_EnvSlot], state: _RolloutState, last_obs: Any) -> Any:
+        """
+        Start pending members on every env (all envs are idle): a wave start.
+
+        Queued-start mode: queue each env's member (and the next one, when refilling) and call ``VecEnv.reset()``,
+        which goes through any VecEnv wrapper. Direct mode: ``env_method("reset", ...)`` per env; envs left
+        without a member keep their current observation.
+
+        :return: The observations of all envs
+        """
+        if mode == "queue":
+            # one start per env, then (refilling) a second one per env, handed out in env order
+            idle = [env_idx for env_idx, slot in enumerate(slots) if not slot.queued]
+            rounds = 2 if self.refill_envs else 1
+            starts: dict[int, list[Member]] = {env_idx: [] for env_idx in idle}
+            for _ in range(rounds):
+                for env_idx in idle:
+                    if state.pending:
+                        starts[env_idx].append(state.pending.popleft())
+            for env_idx, members in starts.items():
+                if members:
+                    env.env_method("queue_starts", [(m.seed, dict(m.options)) for m in members], indices=[env_idx])
+                    slots[env_idx].queued.extend(members)
+            obs = env.reset()
+            for env_idx, slot in enumerate(slots):
+                if slot.queued:
+                    self._begin_episode(slot, slot.queued.popleft(), env.reset_infos[env_idx])
+                    if self.refill_envs and not slot.queued:
+                        self._queue_next(env, env_idx, slot, state)
+            return obs
+        obs = _copy_obs(last_obs)
+        for env_idx, slot in enumerate(slots):
+            if state.pending:
+                start_obs, _ = self._start_member_now(env, env_idx, slot, state.pending.popleft())
+                _set_obs(obs, env_idx, start_obs)
+        return obs
+
+    def _run_episodes(
         self,
         env: VecEnv,
         callback: BaseCallback,
         rollout_buffer: GroupRolloutBuffer,
-        wave_members: list[tuple[int, int, dict[str, Any]]],
-        use_masking: bool,
-        pending: list[tuple[int, int, dict[str, Any]]] | None = None,
+        mode: str,
+        slots: list[_EnvSlot],
+        state: _RolloutState,
+        obs: Any,
     ) -> bool:
         """
-        Run one synchronous wave: reset every env with its member's seed/options and step until all
-        assigned episodes have ended; store each finished episode in the buffer. With ``pending``
-        members, an env whose episode ends is immediately reset (``env_method("reset", seed, options)``)
-        with the next pending member instead of idling until the wave's longest episode ends.
+        Step the VecEnv until every claimed member's episode is stored in the buffer.
 
-        :param env: The training environment
-        :param callback: Callback called at each vectorized step
-        :param rollout_buffer: Buffer receiving the complete episodes
-        :param wave_members: ``(group_id, seed, options)`` for envs ``0..len(wave_members)-1``
-            (at most ``n_envs``; remaining envs are stepped but ignored)
-        :param use_masking: Whether to query and apply action masks
-        :param pending: Members still to run, assigned in order to envs as they finish (refill mode)
         :return: False if the callback asked to stop
         """
         n_envs = env.num_envs
-        n_assigned = len(wave_members)
-        pending = list(pending or [])
-        slot_member = list(wave_members)  # the member each env is running
-        # Envs without a member (last wave) get a copy of the last member's start; they are ignored
-        padded = wave_members + [wave_members[-1]] * (n_envs - n_assigned)
-        self._set_reset_seeds(env, [seed for _, seed, _ in padded])
-        env.set_options([dict(options) for _, _, options in padded])
-        obs = env.reset()
-
-        active = np.zeros(n_envs, dtype=bool)
-        active[:n_assigned] = True
-        trajectories: list[dict[str, list[Any]]] = [_new_trajectory() for _ in range(n_assigned)]
-        trajectories += [_new_trajectory() for _ in range(n_envs - n_assigned)]
+        use_masking = self._use_masking_now
+        can_reset_one = env.unwrapped is env
         is_dict_obs = isinstance(obs, dict)
-        episode_steps = np.zeros(n_envs, dtype=np.int64)
 
-        while active.any():
+        while True:
+            active = np.array([slot.member is not None for slot in slots])
+            if not active.any():
+                if not state.pending and not any(slot.queued for slot in slots):
+                    self._claim_groups(env, state, self._groups_to_claim(state))
+                    if not state.pending:
+                        break
+                obs = self._start_idle_envs(env, mode, slots, state, obs)
+                continue
+
             action_masks = get_action_masks(env) if use_masking else None
             with th.no_grad():
                 obs_tensor = obs_as_tensor(obs, self.device)  # type: ignore[arg-type]
                 actions_tensor, log_probs_tensor = self.policy(obs_tensor, action_masks=action_masks)
-            actions = actions_tensor.cpu().numpy()
+            step_actions = actions_tensor.cpu().numpy()
             log_probs = log_probs_tensor.cpu().numpy()
-
-            clipped_actions = actions
+            clipped_actions = step_actions
             if isinstance(self.action_space, spaces.Box):
-                clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
+                clipped_actions = np.clip(step_actions, self.action_space.low, self.action_space.high)
 
-            new_obs, rewards, dones, infos = env.step(clipped_actions)
-            episode_steps += 1
+            step_obs, step_rewards, step_dones, step_infos = env.step(clipped_actions)
 
             recorded = np.flatnonzero(active)
             self.num_timesteps += len(recorded)
-
-            callback.update_locals(locals())
+            # Callbacks see the recorded envs only (SB3's names, restricted to those envs)
+            callback.update_locals(
+                {
+                    "infos": [step_infos[i] for i in recorded],
+                    "dones": step_dones[recorded],
+                    "rewards": step_rewards[recorded],
+                    "actions": step_actions[recorded],
+                    "new_obs": _take_obs(step_obs, recorded),
+                    "env_indices": recorded,
+                    "recorded": np.arange(len(recorded)),
+                    "wave_members": [slots[i].member for i in recorded],
+                }
+            )
             if not callback.on_step():
                 return False
+            self._update_info_buffer([step_infos[i] for i in recorded], step_dones[recorded])
 
-            self._update_info_buffer([infos[i] for i in recorded], dones[recorded])
+            for env_idx in range(n_envs):
+                slot = slots[env_idx]
+                done = bool(step_dones[env_idx])
+                if slot.member is None:
+                    # an idle env: its auto-reset may have started a queued member
+                    if done and slot.queued:
+                        self._begin_episode(slot, slot.queued.popleft(), env.reset_infos[env_idx])
+                        if self.refill_envs:
+                            self._queue_next(env, env_idx, slot, state)
+                    continue
 
-            for env_idx in recorded:
-                cut = self.max_episode_steps is not None and episode_steps[env_idx] >= self.max_episode_steps
-                trajectory = trajectories[env_idx]
-                if is_dict_obs:
-                    trajectory["observations"].append({key: np.array(value[env_idx]) for key, value in obs.items()})  # type: ignore[union-attr]
-                else:
-                    trajectory["observations"].append(np.array(obs[env_idx]))  # type: ignore[index]
-                trajectory["actions"].append(actions[env_idx])
+                trajectory = slot.trajectory
+                trajectory["observations"].append(_obs_at(obs, env_idx, is_dict_obs))
+                trajectory["actions"].append(step_actions[env_idx])
                 trajectory["log_probs"].append(log_probs[env_idx])
-                trajectory["rewards"].append(rewards[env_idx])
+                trajectory["rewards"].append(step_rewards[env_idx])
                 if action_masks is not None:
                     trajectory["action_masks"].append(action_masks[env_idx])
+                if self._records_anchor_keys:
+                    trajectory["anchor_keys"].append(slot.anchor_key)
+                    slot.anchor_key = step_infos[env_idx].get("anchor_key")
+                slot.steps += 1
+                cut = self.max_episode_steps is not None and slot.steps >= self.max_episode_steps
+                if not (done or cut):
+                    continue
 
-                if dones[env_idx] or cut:
-                    truncated = bool(infos[env_idx].get("TimeLimit.truncated", False)) or not dones[env_idx]
-                    rollout_buffer.add_episode(
-                        group_id=slot_member[env_idx][0],
-                        observations=trajectory["observations"],
-                        actions=trajectory["actions"],
-                        log_probs=trajectory["log_probs"],
-                        rewards=trajectory["rewards"],
-                        action_masks=trajectory["action_masks"] if action_masks is not None else None,
-                        truncated=truncated,
-                    )
-                    if pending:
-                        member = pending.pop(0)
-                        slot_member[env_idx] = member
-                        reset_obs, _ = env.env_method("reset", seed=member[1], options=dict(member[2]), indices=[env_idx])[0]
-                        if is_dict_obs:
-                            for key in new_obs:  # type: ignore[union-attr]
-                                new_obs[key][env_idx] = reset_obs[key]  # type: ignore[index]
-                        else:
-                            new_obs[env_idx] = reset_obs  # type: ignore[index]
-                        trajectories[env_idx] = _new_trajectory()
-                        episode_steps[env_idx] = 0
-                    else:
-                        active[env_idx] = False
+                member = slot.member
+                truncated = bool(step_infos[env_idx].get("TimeLimit.truncated", False)) or not done
+                rollout_buffer.add_episode(
+                    group_id=member.group_id,
+                    observations=trajectory["observations"],
+                    actions=trajectory["actions"],
+                    log_probs=trajectory["log_probs"],
+                    rewards=trajectory["rewards"],
+                    action_masks=trajectory["action_masks"] if action_masks is not None else None,
+                    truncated=truncated,
+                    anchor_keys=trajectory["anchor_keys"] if self._records_anchor_keys else None,
+                )
+                self._member_finished(rollout_buffer, state, member.group_id)
+                slot.member = None
 
-            obs = new_obs
+                if not self.refill_envs:
+                    continue  # synchronous waves: the next wave starts when every env is idle
+                if mode == "queue" and done and slot.queued:
+                    # the VecEnv's auto-reset already started the queued member
+                    self._begin_episode(slot, slot.queued.popleft(), env.reset_infos[env_idx])
+                    self._queue_next(env, env_idx, slot, state)
+                elif can_reset_one and (slot.queued or state.pending):
+                    member = slot.queued.popleft() if slot.queued else state.pending.popleft()
+                    start_obs, _ = self._start_member_now(env, env_idx, slot, member)
+                    _set_obs(step_obs, env_idx, start_obs)
+                    if mode == "queue":
+                        self._queue_next(env, env_idx, slot, state)
+                # else (a cut episode behind a VecEnvWrapper): the queued start waits for the env's auto-reset
+
+            if self.refill_envs:
+                self._claim_groups(env, state, self._groups_to_claim(state))
+                if state.pending:
+                    step_obs = self._hand_out_pending(env, mode, slots, state, step_obs, can_reset_one)
+            obs = step_obs
 
         self._last_obs = obs  # type: ignore[assignment]
         self._last_episode_starts = np.ones((n_envs,), dtype=bool)
         return True
+
+    def _hand_out_pending(
+        self, env: VecEnv, mode: str, slots: list[_EnvSlot], state: _RolloutState, obs: Any, can_reset_one: bool
+    ) -> Any:
+        """Give newly claimed members (dynamic sampling) to envs that have nothing queued."""
+        for env_idx, slot in enumerate(slots):
+            if not state.pending:
+                break
+            if slot.member is not None or slot.queued:
+                if mode == "queue" and not slot.queued:
+                    self._queue_next(env, env_idx, slot, state)
+                continue
+            if mode == "queue":
+                self._queue_next(env, env_idx, slot, state, n=2 if can_reset_one else 1)
+                if not can_reset_one:
+                    continue  # starts at the env's next auto-reset
+                start_obs, _ = self._start_member_now(env, env_idx, slot, slot.queued.popleft())
+            else:
+                start_obs, _ = self._start_member_now(env, env_idx, slot, state.pending.popleft())
+            _set_obs(obs, env_idx, start_obs)
+        return obs
+
+    def _member_finished(self, buffer: GroupRolloutBuffer, state: _RolloutState, group_id: int) -> None:
+        state.finished_members[group_id] += 1
+        if state.finished_members[group_id] == self.group_size:
+            state.complete += 1
+            if self.dynamic_sampling and buffer.group_is_informative(group_id):
+                state.informative += 1
 
     # ------------------------------------------------------------------ training
     def train(self) -> None:
@@ -589,9 +957,6 @@ class GRPO(OnPolicyAlgorithm):
             clip_range if self.clip_range_high is None else self.clip_range_high(self._current_progress_remaining)  # type: ignore[operator]
         )
         buffer = self.rollout_buffer
-
-        self.logger.record("train/group_return_std", float(np.mean(buffer.group_return_std)))
-        self.logger.record("train/dropped_group_fraction", buffer.dropped_group_fraction)
         self.logger.record("train/kept_steps", buffer.n_kept_steps)
         self.logger.record("train/clip_range", clip_range)
         if self.clip_range_high is not None:
@@ -602,52 +967,55 @@ class GRPO(OnPolicyAlgorithm):
             # kl_coef was switched on after construction: the reference is the current policy
             self._update_reference()
 
-        pg_losses, entropy_losses, kl_refs, clip_fractions, approx_kl_divs, losses = [], [], [], [], [], []
-
+        # Per-minibatch values stay tensors until the end: no device sync, and the ratio diagnostics are computed once
+        pg_losses, entropy_losses, kl_refs, log_ratios = [], [], [], []
+        last_epoch_log_ratios: list[th.Tensor] = []
+        loss = None
         if buffer.n_kept_steps > 0:
             if use_kl:
                 self._compute_reference_log_probs()
             continue_training = True
+            parameters = list(self.policy.parameters())
             for epoch in range(self.n_epochs):
-                approx_kl_divs = []
-                for rollout_data in buffer.get(self.batch_size):
+                last_epoch_log_ratios = []
+                for data in buffer.get(self.batch_size):
                     log_prob, entropy = self.policy.evaluate_actions(
-                        rollout_data.observations,  # type: ignore[arg-type]
-                        rollout_data.actions,
-                        action_masks=rollout_data.action_masks,
+                        data.observations,  # type: ignore[arg-type]
+                        data.actions,
+                        action_masks=data.action_masks,
                     )
                     terms = grpo_loss(
                         log_prob,
-                        rollout_data.old_log_prob,
-                        rollout_data.advantages,
+                        data.old_log_prob,
+                        data.advantages,
                         entropy=entropy,
-                        ref_log_prob=rollout_data.ref_log_prob if use_kl else None,
+                        ref_log_prob=data.ref_log_prob if use_kl else None,
                         clip_range=clip_range,
                         clip_range_high=clip_range_high,
                         ent_coef=self.ent_coef,
                         kl_coef=self.kl_coef,
+                        loss_weights=data.loss_weights,
+                        diagnostics=False,
                     )
-                    pg_losses.append(terms.policy_loss.item())
-                    entropy_losses.append(terms.entropy_loss.item())
-                    kl_refs.append(terms.kl_ref.item())
-                    clip_fractions.append(terms.clip_fraction.item())
-                    losses.append(terms.loss.item())
+                    last_epoch_log_ratios.append(terms.log_ratio)
+                    if self.target_kl is not None:
+                        # Approximate KL(old || new) for early stopping, as in SB3 PPO
+                        approx_kl_div = ratio_diagnostics(terms.log_ratio, clip_range, clip_range_high)[1].item()
+                        if approx_kl_div > 1.5 * self.target_kl:
+                            continue_training = False
+                            if self.verbose >= 1:
+                                print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+                            break
+                    log_ratios.append(terms.log_ratio)
+                    pg_losses.append(terms.policy_loss.detach())
+                    entropy_losses.append(terms.entropy_loss.detach())
+                    kl_refs.append(terms.kl_ref.detach())
+                    loss = terms.loss.detach()
 
-                    # Approximate KL(old || new) for early stopping, as in SB3 PPO
-                    with th.no_grad():
-                        log_ratio = log_prob - rollout_data.old_log_prob
-                        approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
-                        approx_kl_divs.append(approx_kl_div)
-
-                    if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:
-                        continue_training = False
-                        if self.verbose >= 1:
-                            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
-                        break
-
-                    self.policy.optimizer.zero_grad()
+                    for parameter in parameters:  # optimizer.zero_grad(set_to_none=True), without its overhead
+                        parameter.grad = None
                     terms.loss.backward()
-                    th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                    th.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
                     self.policy.optimizer.step()
 
                 self._n_updates += 1
@@ -658,30 +1026,37 @@ class GRPO(OnPolicyAlgorithm):
         if use_kl and self.ref_update_interval is not None and self._n_rollouts_trained % self.ref_update_interval == 0:
             self._update_reference()
 
-        def _mean(values: list) -> float:
-            return float(np.mean(values)) if len(values) > 0 else 0.0
+        def _mean(values: list[th.Tensor]) -> float:
+            return float(th.stack(values).float().mean().item()) if values else 0.0
 
-        self.logger.record("train/policy_loss", _mean(pg_losses))
+        clip_fraction = approx_kl = 0.0
+        if log_ratios:
+            clip_fraction = ratio_diagnostics(th.cat(log_ratios), clip_range, clip_range_high)[0].item()
+        if last_epoch_log_ratios:  # as SB3 PPO: the approximate KL of the last epoch
+            approx_kl = ratio_diagnostics(th.cat(last_epoch_log_ratios), clip_range, clip_range_high)[1].item()
+        # SB3 PPO's keys (no value loss / explained variance: there is no critic)
+        self.logger.record("train/policy_gradient_loss", _mean(pg_losses))
         self.logger.record("train/entropy_loss", _mean(entropy_losses))
         self.logger.record("train/kl_ref", _mean(kl_refs))
-        self.logger.record("train/clip_fraction", _mean(clip_fractions))
-        self.logger.record("train/approx_kl", _mean(approx_kl_divs))
-        self.logger.record("train/loss", losses[-1] if losses else 0.0)
+        self.logger.record("train/clip_fraction", clip_fraction)
+        self.logger.record("train/approx_kl", approx_kl)
+        self.logger.record("train/loss", float(loss.item()) if loss is not None else 0.0)
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
 
     def _compute_reference_log_probs(self) -> None:
         """Store the reference policy's log-probabilities of all kept actions in the buffer."""
         assert self.ref_policy is not None
         self.ref_policy.set_training_mode(False)
-        chunk = self.batch_size if self.batch_size is not None else None
         with th.no_grad():
-            for data in self.rollout_buffer.get(chunk, shuffle=False):
+            for data in self.rollout_buffer.get(self.batch_size, shuffle=False):
                 ref_log_prob, _ = self.ref_policy.evaluate_actions(
                     data.observations,  # type: ignore[arg-type]
                     data.actions,
                     action_masks=data.action_masks,
                 )
-                self.rollout_buffer.set_ref_log_probs(data.indices, ref_log_prob)
+                self.rollout_buffer.set_ref_log_probs(data.positions, ref_log_prob)
 
     # ------------------------------------------------------------------ API
     def predict(  # type: ignore[override]
@@ -712,21 +1087,26 @@ class GRPO(OnPolicyAlgorithm):
         tb_log_name: str = "GRPO",
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
+        use_masking: bool | None = None,
     ) -> Self:
         """
         Train the policy.
 
         :param total_timesteps: Number of recorded env steps to train on. Rollouts are whole groups of
-            episodes, so training stops at the end of the first rollout that reaches this count (it overshoots).
+            episodes, so training stops at the end of the first rollout that reaches this count (it overshoots;
+            the learning-rate and clip-range schedules stay at their final value, progress never goes below 0).
         :param callback: Callback(s) called at every vectorized step with the state of the algorithm
         :param log_interval: Log (dump) every this many rollouts
         :param tb_log_name: The name of the run for TensorBoard logging
         :param reset_num_timesteps: Whether or not to reset the current timestep number (used in logging)
-        :param progress_bar: Display a progress bar using tqdm and rich (it advances by ``n_envs`` per vectorized
-            step, including the ignored steps of finished envs, so it runs ahead of ``num_timesteps``)
+        :param progress_bar: Display a progress bar using tqdm and rich (counting recorded steps)
+        :param use_masking: None = the constructor's ``use_masking`` (default: masks when the env has
+            ``action_masks()``); True = use masks, ValueError if the env has none; False = never
         :return: the trained model
         """
         iteration = 0
+        assert self.env is not None
+        self._use_masking_now = self._resolve_masking(self.env, self.use_masking if use_masking is None else use_masking)
 
         total_timesteps, callback = self._setup_learn(
             total_timesteps,
@@ -735,10 +1115,9 @@ class GRPO(OnPolicyAlgorithm):
             tb_log_name,
             progress_bar,
         )
+        self.rollout_buffer = self._make_rollout_buffer()  # the env may have changed (set_env, load)
 
         callback.on_training_start(locals(), globals())
-
-        assert self.env is not None
 
         while self.num_timesteps < total_timesteps:
             continue_training = self.collect_rollouts(self.env, callback, self.rollout_buffer, self.groups_per_rollout)
@@ -758,3 +1137,32 @@ class GRPO(OnPolicyAlgorithm):
         callback.on_training_end()
 
         return self
+
+
+def _copy_obs(obs: Any) -> Any:
+    if isinstance(obs, dict):
+        return {key: np.array(value) for key, value in obs.items()}
+    return np.array(obs)
+
+
+def _set_obs(obs: Any, env_idx: int, value: Any) -> None:
+    if isinstance(obs, dict):
+        for key in obs:
+            obs[key][env_idx] = value[key]
+    else:
+        obs[env_idx] = value
+
+
+def _take_obs(obs: Any, indices: np.ndarray) -> Any:
+    if isinstance(obs, dict):
+        return {key: value[indices] for key, value in obs.items()}
+    return obs[indices]
+
+
+def _obs_at(obs: Any, env_idx: int, is_dict_obs: bool) -> Any:
+    if is_dict_obs:
+        return {key: np.array(value[env_idx]) for key, value in obs.items()}
+    return np.array(obs[env_idx])
+
+
+__all__ = ["GRPO", "GRPOLossTerms", "Member", "grpo_loss", "ratio_diagnostics"]
