@@ -155,13 +155,13 @@ class PlannerConfig:
     which no structural check can see.
     """
 
-    error_rate: float = 0.35
+    error_rate: float = 0.4
     #: Relative weights of the error kinds, in the order of ``PLANNER_ERRORS``.
     error_weights: tuple[float, ...] = (0.5, 0.5, 0.5, 1.0, 1.5, 1.5, 1.0)
     #: Probability that the planner's reply is not valid JSON (one repair call follows, then a one-step fallback).
     malformed_rate: float = 0.02
     #: The planner's stated confidence: mean for plans that work / plans that do not, and the noise around both.
-    confidence_mean_faithful: float = 0.72
+    confidence_mean_faithful: float = 0.7
     confidence_mean_unfaithful: float = 0.6
     confidence_sd: float = 0.15
 
