@@ -13,7 +13,7 @@ ENTRY_POINT = "edo_gym.envs.edo_env:EDOEnv"
 VARIANTS: dict[str, dict[str, Any]] = {
     "EDO-v0": {},
     "EDO-Easy-v0": {"tasks_min_hops": 1, "tasks_max_hops": 2, "planner_error_rate": 0.05},
-    "EDO-Hard-v0": {"tasks_min_hops": 3, "tasks_max_hops": 6, "planner_error_rate": 0.35},
+    "EDO-Hard-v0": {"tasks_min_hops": 3, "tasks_max_hops": 6, "planner_error_rate": 0.5},
     "EDO-LongHorizon-v0": {"tasks_families": ("multihop", "analytics"), "tasks_min_hops": 8, "tasks_max_hops": 12},
     "EDO-Support-v0": {"tasks_families": ("support",)},
     "EDO-MultiHop-v0": {"tasks_families": ("multihop",)},
