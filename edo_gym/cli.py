@@ -179,6 +179,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             group_size=args.group_size,
             groups_per_rollout=args.groups_per_rollout,
             normalize_std=args.normalize_std,
+            scale_rewards=args.scale_rewards,
+            loss_type=args.loss_type,
+            step_advantage_weight=args.step_advantage_weight,
             n_steps=args.n_steps,
             output_dir=args.output_dir,
             tensorboard_log=args.tensorboard_dir,
@@ -313,6 +316,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="GRPO: also divide by the group's return std (standard GRPO)" + (" (the default)" if d.normalize_std else ""),
     )
     tr.set_defaults(normalize_std=d.normalize_std)
+    from baselines.grpo.advantages import SCALE_REWARDS
+    from baselines.grpo.buffers import LOSS_TYPES
+
+    tr.add_argument("--scale-rewards", choices=SCALE_REWARDS, default=d.scale_rewards,
+                    help="GRPO/GiGPO advantage scaling (TRL's scale_rewards): group std, batch std or none (Dr. GRPO); "
+                    "overrides the --std-normalization flags (default: from them)")  # fmt: skip
+    tr.add_argument(
+        "--loss-type", choices=LOSS_TYPES, default=d.loss_type, help="GRPO/GiGPO loss aggregation (TRL's loss_type)" + dft
+    )
+    tr.add_argument("--step-advantage-weight", type=_non_negative_float, default=d.step_advantage_weight,
+                    help="GiGPO: weight of the step-level (anchor-state) advantage" + dft)  # fmt: skip
     tr.add_argument("--n-steps", type=_count, default=d.n_steps, help="PPO/MaskablePPO: steps per env per rollout" + dft)
     tr.add_argument("--output-dir", default=d.output_dir, help="where <algo>_<env>_<seed>.zip and .json go" + dft)
     tr.add_argument("--tensorboard-dir", default=d.tensorboard_log, help="TensorBoard log dir (default: no logging)")
