@@ -397,3 +397,20 @@ def test_ray_retries_a_failed_run_once_then_reports_it(tmp_path):
     assert attempts == [("broken-grpo-s0", 1, False), ("broken-grpo-s0", 2, True)]
     assert not outcome.ok and "EDO-NoSuchEnv" in outcome.runs.failed["broken-grpo-s0"]
     assert json.loads((tmp_path / "bad.json").read_text())["completeness"]["missing"] == ["broken-grpo-s0"]
+
+
+@pytest.mark.slow
+def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
+    pytest.importorskip("ray.tune")
+    run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
+                "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "tune_ent_coef.json").read_text())
+    assert data["completeness"]["finished"] == 4 and not data["completeness"]["missing"]
+    assert set(data["grid"]) == {"grpo", "ppo"} and set(data["grid"]["grpo"]) == {"0", "0.01"}
+    assert {a: b["ent_coef"] in (0.0, 0.01) for a, b in data["best"].items()} == {"grpo": True, "ppo": True}
+    specs = [r["spec"] for r in data["runs"].values()]
+    assert {(s["total_timesteps"], s["eval_episodes"], s["eval_on"]) for s in specs} == {(300, 3, "validation")}
+    assert sorted(s["train_overrides"]["ent_coef"] for s in specs) == [0.0, 0.0, 0.01, 0.01]
+    proc = run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
+                       "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=300)  # fmt: skip
+    assert "4 finished before, 0 to run" in proc.stdout  # a rerun skips finished trials and starts no Tuner
