@@ -34,9 +34,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parent.parent
-#: ``PYTHONHASHSEED`` of every benchmark process (runs, and the runner that evaluates the heuristics): see
-#: ``run_subprocess`` and ``benchmarks.study.pin_hash_seed``.
-HASH_SEED = "0"
 #: Seed of the first held-out evaluation episode (episode k uses ``EVAL_SEED + k``), for models and heuristics alike.
 EVAL_SEED = 10_000
 
@@ -244,13 +241,10 @@ def run_subprocess(spec: RunSpec) -> dict[str, Any]:
     The outcome: ``ok`` (bool), ``record`` (the run record, or None), ``error`` (None, or the exit code and the tail
     of stderr), ``log`` (the tail of the run's stderr), ``host`` and ``seconds`` (subprocess wall time, start-up
     included). One intra-op thread per run (``OMP_NUM_THREADS=1``, as Ray sets for a one-CPU task), so that runs
-    side by side do not oversubscribe the cores and give the same numbers as runs one after the other. A fixed
-    ``PYTHONHASHSEED`` (:data:`HASH_SEED`): EDO's results currently depend on the order of string hashes, which
-    Python randomises per process; fixed, a run gives the same record in any process, serial or on Ray.
+    side by side do not oversubscribe the cores and give the same numbers as runs one after the other.
     """
     cmd = [sys.executable, "-m", "benchmarks.bench_lib", json.dumps(asdict(spec))]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
-               PYTHONHASHSEED=HASH_SEED)  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     outcome: dict[str, Any] = {"ok": False, "record": None, "error": None, "log": proc.stderr[-20000:],

@@ -75,6 +75,11 @@ class SerialMapper:
         pass
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it, else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def init_ray(address: str | None, workers: int | None) -> Any:
     """Start a local Ray instance with ``workers`` CPUs (default: every core), or join the cluster at ``address``
     (shipping this repository's code to its nodes as the job's ``working_dir``); return the ``ray`` module."""
@@ -87,7 +92,7 @@ def init_ray(address: str | None, workers: int | None) -> Any:
         if "EDO_GYM_CACHE_DIR" in os.environ:
             env_vars["EDO_GYM_CACHE_DIR"] = os.environ["EDO_GYM_CACHE_DIR"]
         runtime_env = {"env_vars": {**env_vars, "PYTHONPATH": str(REPO)}}
-        ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
+        ray.init(num_cpus=workers or usable_cores(), include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
     else:
         runtime_env = {"working_dir": str(REPO), "excludes": RAY_EXCLUDES, "env_vars": env_vars}
         ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)

@@ -44,13 +44,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.common import RESULTS_DIR, machine_info, machine_line, write_results  # noqa: E402
+from benchmarks.executors import usable_cores  # noqa: E402
 from benchmarks.study import (  # noqa: E402
     Study,
     StudyConfig,
     add_execution_flags,
     add_tier_flags,
     execution_of,
-    pin_hash_seed,
     run_studies,
     tier_of,
 )
@@ -100,8 +100,6 @@ def configure(names: list[str], tier: str, out_dir: Path) -> list[tuple[Study, S
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        pin_hash_seed()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_tier_flags(parser)
     parser.add_argument("--out-dir", default=str(RESULTS_DIR))
@@ -139,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r["script"] for r in rows if r["exit_code"] != 0]
     kind = "serial" if not execution.ray else f"ray ({execution.ray_address or 'local'})"
     executor = {"kind": "ray" if execution.ray else "serial", "ray_address": execution.ray_address,
-                "ray_workers": execution.ray_workers or (os.cpu_count() if execution.ray and not execution.ray_address else None),
+                "ray_workers": execution.ray_workers or (usable_cores() if execution.ray and not execution.ray_address else None),
                 "summarise_only": execution.summarise_only}  # fmt: skip
     runs = {"planned": sum(r["runs_planned"] for r in rows), "finished": sum(r["runs_finished"] for r in rows),
             "executed": sum(r["runs_executed"] for r in rows), "missing": sum(len(r["runs_missing"]) for r in rows),

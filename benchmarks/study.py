@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import re
 import shlex
 import sys
@@ -55,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from benchmarks.bench_lib import HASH_SEED, RunSpec
+from benchmarks.bench_lib import RunSpec
 from benchmarks.common import RESULTS_DIR, git_revision, write_json_atomic, write_results, write_text_atomic
 
 T = TypeVar("T")
@@ -184,9 +183,6 @@ class RunSet:
     records: dict[str, dict[str, Any]]
     failed: dict[str, str] = field(default_factory=dict)
 
-    def get(self, point: str, algo: str, seed: int) -> dict[str, Any] | None:
-        return self.records.get(run_key(point, algo, seed))
-
     def seeds(self, point: str, algo: str) -> list[dict[str, Any]]:
         """The finished records of ``(point, algo)``, in plan (seed) order."""
         return [self.records[r.key] for r in self.planned if r.point == point and r.algo == algo and r.key in self.records]
@@ -301,24 +297,11 @@ class Study:
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Command-line entry point of the study's script; returns the exit code (1 if a run or the summary failed)."""
-        if argv is None:
-            pin_hash_seed()
         argv = list(sys.argv[1:] if argv is None else argv)
         args = self.parser().parse_args(argv)
         cfg = self.configure(args, argv)
         outcomes = run_studies([(self, cfg)], execution_of(args))
         return 0 if all(o.ok for o in outcomes) else 1
-
-
-def pin_hash_seed() -> None:
-    """Re-execute this command with ``PYTHONHASHSEED`` fixed (:data:`~benchmarks.bench_lib.HASH_SEED`) unless it is.
-
-    The runner evaluates heuristic policies in its own process, and EDO's results currently depend on the order of
-    string hashes, which Python randomises per process: fixed, two invocations give the same summaries. (Every run's
-    subprocess gets the same seed: ``benchmarks.bench_lib.run_subprocess``.)
-    """
-    if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": HASH_SEED})
 
 
 def add_tier_flags(parser: argparse.ArgumentParser) -> None:
@@ -338,7 +321,7 @@ def add_execution_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ray-address", default=None, metavar="ADDR",
                        help="run the runs as Ray tasks on the existing cluster at ADDR (e.g. auto, ray://head:10001)")  # fmt: skip
     group.add_argument("--ray-workers", type=int, default=None, metavar="N",
-                       help="tasks at a time on the local Ray instance (default: one per core)")  # fmt: skip
+                       help="tasks at a time on a local Ray instance (implies --ray; default: one per core)")  # fmt: skip
     group.add_argument("--summarise-only", action="store_true",
                        help="run nothing: summarise the finished runs and list the missing ones")  # fmt: skip
 
@@ -358,11 +341,11 @@ def execution_of(args: argparse.Namespace) -> Execution:
         raise SystemExit("--ray-workers must be >= 1")
     if args.ray_workers is not None and args.ray_address is not None:
         raise SystemExit("--ray-workers sizes a local Ray instance; a cluster (--ray-address) runs one task per CPU it has")
-    if (args.ray or args.ray_address is not None) and importlib.util.find_spec("ray") is None:
+    if (args.ray or args.ray_address is not None or args.ray_workers is not None) and importlib.util.find_spec("ray") is None:
         from benchmarks.executors import RAY_MISSING
 
         raise SystemExit(RAY_MISSING)
-    return Execution(ray=args.ray or args.ray_address is not None, ray_address=args.ray_address,
+    return Execution(ray=args.ray or args.ray_address is not None or args.ray_workers is not None, ray_address=args.ray_address,
                      ray_workers=args.ray_workers, summarise_only=args.summarise_only)  # fmt: skip
 
 

@@ -53,7 +53,6 @@ from benchmarks.study import (  # noqa: E402
     StudyConfig,
     Tiered,
     execution_of,
-    pin_hash_seed,
     run_studies,
     train_spec,
 )
@@ -231,8 +230,6 @@ def execute_with_tune(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:
-        pin_hash_seed()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = STUDY.parser().parse_args(argv)
     cfg = STUDY.configure(args, argv)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -38,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 #: Keys whose values are measurements of the machine (times, memory) or of the invocation, not results.
 VOLATILE = {"command", "date_utc", "machine", "versions", "wall_time_s", "rollout_s", "update_s", "eval_s", "train_time_s",
             "peak_rss_bytes", "cuda_peak_bytes", "rollout_time_s", "update_time_s", "time_to_target_s", "grpo_over_ppo",
-            "targets", "source", "source_path", "out_dir"}  # fmt: skip
+            "targets", "source", "source_path", "out_dir", "latency_ms", "memory", "wall_time_over_base"}  # fmt: skip
 
 
 def run_script(args: list[str], timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
@@ -349,24 +350,48 @@ def test_smoke_suite_end_to_end(tmp_path):
     assert schools["settings"]["source_path"] == str(tmp_path / "grpo_vs_ppo.json")  # read the suite's own results
 
 
+def assert_same_results(a: Any, b: Any, path: str = "") -> None:
+    """``a == b`` over nested JSON, floats to 1e-5 relative (GRPO's float32 group statistics differ in the last bits
+    between processes), skipping measurements of the machine (``VOLATILE``) and the heuristic references."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert set(a) == set(b), f"{path}: keys differ: {sorted(set(a) ^ set(b))}"
+        for key in a:
+            if key not in VOLATILE and key != "heuristics":
+                assert_same_results(a[key], b[key], f"{path}/{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{path}: lengths differ"
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_results(x, y, f"{path}[{k}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-7), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def table_shape(markdown: str) -> list[str]:
+    """The Markdown without its numbers: rows, columns and labels."""
+    return [re.sub(r"[-+]?\d[\d,.]*", "#", line) for line in markdown.splitlines() if not line.startswith("Machine:")]
+
+
 @pytest.mark.slow
 def test_serial_and_ray_runs_give_identical_results(tmp_path):
+    """The same runs, records and summaries from the serial runner and from Ray tasks.
+
+    Heuristic references are left out of the value comparison: the driver computes them, not the executor, and
+    EDO's chromadb retrieval is currently not deterministic across processes (static_pipeline on 3 held-out 4-hop
+    tasks: 580.3 or 587.0 tokens per episode from one process to the next; exact search gives 580.3 every time).
+    """
     pytest.importorskip("ray")
     names = ["grpo_vs_ppo", "study_horizon"]
     serial, ray = tmp_path / "serial", tmp_path / "ray"
     run_script(["benchmarks/run_suite.py", "--smoke", "--only", *names, "--out-dir", str(serial)], timeout=900)
     run_script(["benchmarks/run_suite.py", "--smoke", "--only", *names, "--out-dir", str(ray), "--ray", "--ray-workers", "2"],
                timeout=900)  # fmt: skip
-    for name in ("grpo_vs_ppo", "study_horizon"):
-        a, b = check_result(serial, name), check_result(ray, name)
-        assert strip_volatile(a) == strip_volatile(b), f"{name}: serial and Ray results differ"
-        assert sorted(p.name for p in (serial / "records" / name).iterdir()) == sorted(
-            p.name for p in (ray / "records" / name).iterdir()
-        )
-    md = [(d / "study_horizon.md").read_text().splitlines() for d in (serial, ray)]
-    assert [line for line in md[0] if not line.startswith("Machine:")] == [
-        line for line in md[1] if not line.startswith("Machine:")
-    ]
+    for name in names:
+        assert_same_results(check_result(serial, name), check_result(ray, name), name)
+        files = [sorted(p.name for p in (d / "records" / name).iterdir()) for d in (serial, ray)]
+        assert files[0] == files[1] and files[0]
+        assert table_shape((serial / f"{name}.md").read_text()) == table_shape((ray / f"{name}.md").read_text())
     suite = json.loads((ray / "suite.json").read_text())
     assert suite["executor"] == {"kind": "ray", "ray_address": None, "ray_workers": 2, "summarise_only": False}
 
