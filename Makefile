@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo demo-llm train test test-all test-compat wheel-check lint format bench bench-quick throughput clean
+.PHONY: install demo demo-llm train test test-all test-compat wheel-check lint format bench bench-quick bench-smoke bench-ray bench-tune throughput validity clean
 
 # setup.cfg states compatible version ranges; constraints.txt pins the exact versions installed here.
 $(STAMP): setup.cfg pyproject.toml constraints.txt
@@ -84,16 +84,35 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+validity: $(STAMP)  ## does EDO-v0 measure what it claims? probes vs oracle, causal ablations, leak AUCs (~5 min)
+	$(BIN)/python benchmarks/env_validity.py
+
 throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval latency
 	$(BIN)/python benchmarks/env_throughput.py
 
-# The benchmark suite (benchmarks/run_suite.py): grpo_vs_ppo.py then the caveat studies (benchmarks/study_*.py),
-# results in benchmarks/results/ (quick: benchmarks/results/quick/), <name>.json/.md/.png and suite.json/.md.
-bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours)
-	$(BIN)/python benchmarks/run_suite.py
+# The benchmark suite (benchmarks/run_suite.py; how it works: benchmarks/README.md): grpo_vs_ppo.py and the caveat
+# studies (benchmarks/study_*.py); <name>.json/.md/.png and suite.json/.md in the out dir. Resumable: every finished
+# run is stored at once (<out dir>/records/<study>/<run>.json) and skipped when the target runs again, so a long
+# suite goes on after an interruption or in a later session. BENCH_ARGS adds runner flags, e.g.
+# BENCH_ARGS="--only study_horizon" or "--summarise-only" (summaries from the finished runs, missing ones listed).
+BENCH_ARGS ?=
+bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours; resumable)
+	$(BIN)/python benchmarks/run_suite.py $(BENCH_ARGS)
 
-bench-quick: $(STAMP)  ## reduced suite, about 15 minutes on 2 CPU cores
-	$(BIN)/python benchmarks/run_suite.py --quick --out-dir benchmarks/results/quick
+bench-quick: $(STAMP)  ## reduced suite into benchmarks/results/quick (about 15-20 minutes on 2 idle CPU cores)
+	$(BIN)/python benchmarks/run_suite.py --quick --out-dir benchmarks/results/quick $(BENCH_ARGS)
+
+bench-smoke: $(STAMP)  ## smoke tier (plumbing only, ~5 min on 2 cores) into benchmarks/results/smoke (git-ignored)
+	$(BIN)/python benchmarks/run_suite.py --smoke --out-dir benchmarks/results/smoke $(BENCH_ARGS)
+
+# Ray (pip install "edo-gym[ray]"): RAY_ARGS="--ray" runs one task per core on a local Ray instance;
+# RAY_ARGS="--ray-address auto" runs on the Ray cluster this node belongs to (benchmarks/README.md, "Cluster").
+RAY_ARGS ?= --ray
+bench-ray: $(STAMP)  ## full suite as Ray tasks (local: one per core; RAY_ARGS="--ray-address ADDR": a cluster)
+	$(BIN)/python benchmarks/run_suite.py $(RAY_ARGS) $(BENCH_ARGS)
+
+bench-tune: $(STAMP)  ## entropy-coefficient sweep (Ray Tune) for GRPO, PPO, MaskablePPO at equal budget per trial
+	$(BIN)/python benchmarks/tune_ent_coef.py $(RAY_ARGS) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -1,14 +1,18 @@
-"""Building blocks shared by the training benchmarks: one timed training run with periodic held-out evaluation,
-run in its own subprocess (so peak memory is per run), and statistics over seeds.
+"""One benchmark training run: its declaration (``RunSpec``), its execution in a fresh subprocess, and statistics.
+
+A run trains one algorithm with one seed on one env setting, evaluates it on held-out tasks (periodically and at
+the end) and returns a JSON-serialisable *record*. Every run executes in its own Python subprocess
+(``run_subprocess`` / ``execute_run``): its own peak memory, no state shared with other runs, the same code path
+whether the benchmark runs serially or as Ray tasks (``benchmarks.executors``).
 
 A run's wall time is split into *rollout* (collecting env steps, policy forward passes included) and *update*
 (``train()``: gradient steps); evaluation time is measured separately and excluded from both.
 
-``execute_runs`` runs several specs in one subprocess (one start-up for all; for studies that compare task
-figures only). Optional per run (``RunSpec``): evaluate the final model on further envs (``extra_eval``, e.g. other task
-families), save it (``save_model_path``), skip the step-0 evaluation (``eval_at_start``). For GRPO the record
-also carries per-rollout group statistics (``grpo_stats``): the fraction of groups dropped from the update
-because their returns tie, and the fractions of groups whose members all failed / all succeeded.
+Optional per run (``RunSpec``): evaluate the final model on further envs (``extra_eval``, e.g. other task
+families), save it (``save_model_path``), skip the step-0 evaluation (``eval_at_start``), evaluate on the
+validation tasks instead of the test tasks (``eval_on``). For GRPO the record also carries per-rollout group
+statistics (``grpo_stats``): the fraction of groups dropped from the update because their returns tie, and the
+fractions of groups whose members all failed / all succeeded.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,9 +71,31 @@ class RunSpec:
     extra_eval: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     save_model_path: str | None = None  # where to save the trained model (model.save); None: not saved
     eval_at_start: bool = True  # evaluate the untrained policy at step 0 (the first point of the curve)
+    # "test": the first eval_episodes held-out tasks (what every comparison reports); "validation": the LAST
+    # eval_episodes held-out tasks, disjoint from the first ones while 2 * eval_episodes <= the split's size
+    # (300 tasks on EDO-v0), for tuning without selecting on the test tasks
+    eval_on: str = "test"
+
+    def __post_init__(self) -> None:
+        if self.eval_on not in EVAL_SETS:
+            raise ValueError(f"RunSpec.eval_on must be one of {list(EVAL_SETS)}, got {self.eval_on!r}")
 
     def key(self) -> str:
         return f"{self.algo}-s{self.seed}"
+
+
+#: Which held-out tasks a run is evaluated on (``RunSpec.eval_on``).
+EVAL_SETS = ("test", "validation")
+
+
+def eval_task_ids(env: Any, n: int, eval_on: str = "test") -> list[int]:
+    """The held-out task ids of ``eval_on``: the first ``n`` (test) or the last ``n`` (validation) of the split."""
+    from baselines.evaluation import heldout_task_ids
+
+    if eval_on == "test":
+        return heldout_task_ids(env, n)
+    everything = heldout_task_ids(env)
+    return everything[max(0, len(everything) - n) :]
 
 
 def optimizer_state_bytes(optimizer: Any) -> int:
@@ -89,7 +115,7 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
     import torch as th
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from baselines.evaluation import evaluate_model, heldout_task_ids, make_eval_env
+    from baselines.evaluation import evaluate_model, make_eval_env
     from baselines.training import TrainConfig, count_parameters, make_algo, make_train_env
 
     th.set_num_threads(1)
@@ -101,7 +127,7 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
     model = make_algo(cfg, env)
     eval_kwargs = spec.env_kwargs if spec.eval_env_kwargs is None else spec.eval_env_kwargs
     eval_env = make_eval_env(spec.eval_env_id or spec.env_id, **eval_kwargs)
-    task_ids = heldout_task_ids(eval_env, spec.eval_episodes)
+    task_ids = eval_task_ids(eval_env, spec.eval_episodes, spec.eval_on)
     use_cuda = th.cuda.is_available() and str(model.device).startswith("cuda")
     if use_cuda:
         th.cuda.reset_peak_memory_stats()
@@ -179,7 +205,8 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
     for extra_id, extra_kwargs in spec.extra_eval:
         t1 = time.perf_counter()
         other = make_eval_env(extra_id, **extra_kwargs)
-        res = evaluate_model(model, other, heldout_task_ids(other, spec.eval_episodes), seed=EVAL_SEED, name=spec.algo)
+        ids = eval_task_ids(other, spec.eval_episodes, spec.eval_on)
+        res = evaluate_model(model, other, ids, seed=EVAL_SEED, name=spec.algo)
         other.close()
         clock["eval"] += time.perf_counter() - t1
         extra.append({"env_id": extra_id, "env_kwargs": extra_kwargs, "result": res.as_dict()})
@@ -208,54 +235,40 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
     return record
 
 
-def execute_run(spec: RunSpec, log_dir: Path | None = None) -> dict[str, Any]:
-    """Run ``spec`` in a fresh Python subprocess (own peak memory, no shared state) and return its record."""
+def run_subprocess(spec: RunSpec) -> dict[str, Any]:
+    """Run ``spec`` in a fresh Python subprocess and return its outcome; never raises for a failed run.
+
+    The outcome: ``ok`` (bool), ``record`` (the run record, or None), ``error`` (None, or the exit code and the tail
+    of stderr), ``log`` (the tail of the run's stderr), ``host`` and ``seconds`` (subprocess wall time, start-up
+    included). One intra-op thread per run (``OMP_NUM_THREADS=1``, as Ray sets for a one-CPU task), so that runs
+    side by side do not oversubscribe the cores and give the same numbers as runs one after the other.
+    """
     cmd = [sys.executable, "-m", "benchmarks.bench_lib", json.dumps(asdict(spec))]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    outcome: dict[str, Any] = {"ok": False, "record": None, "error": None, "log": proc.stderr[-20000:],
+                               "host": socket.gethostname(), "seconds": time.perf_counter() - t0}  # fmt: skip
+    if proc.returncode != 0:
+        outcome["error"] = f"exit {proc.returncode}: {proc.stderr[-4000:]}"
+        return outcome
+    try:
+        outcome["record"] = json.loads(proc.stdout.strip().splitlines()[-1])
+        outcome["ok"] = True
+    except (IndexError, json.JSONDecodeError) as exc:
+        outcome["error"] = f"exit 0 but no JSON record on stdout ({exc}): {proc.stdout[-2000:]}"
+    return outcome
+
+
+def execute_run(spec: RunSpec, log_dir: Path | None = None) -> dict[str, Any]:
+    """Run ``spec`` in a fresh Python subprocess and return its record; raise ``RuntimeError`` if it fails."""
+    outcome = run_subprocess(spec)
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / f"{spec.key()}.log").write_text(proc.stderr[-20000:])
-    if proc.returncode != 0:
-        raise RuntimeError(f"run {spec.key()} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-_RECORD_PREFIX = "@@bench-record "
-
-
-def execute_runs(
-    specs: list[RunSpec], log_path: Path | None = None, on_record: Callable[[int, dict[str, Any]], None] | None = None
-) -> list[dict[str, Any]]:
-    """Run ``specs`` one after the other in ONE fresh Python subprocess and return their records, in order.
-
-    Saves the start-up of a process per run (imports, embedding model, world and task pools: several seconds
-    each), at a price: the runs share the process, so ``peak_rss_bytes`` is the process peak so far, and later
-    runs start with warm retrieval memo caches (faster rollouts). Use it where only task figures are compared,
-    and ``execute_run`` where run times or memory are. Each record gets ``batch_position`` (0 for the first).
-    ``on_record(i, record)`` is called as each run finishes; stderr goes to ``log_path``.
-    """
-    if not specs:
-        return []
-    cmd = [sys.executable, "-m", "benchmarks.bench_lib", "--batch", json.dumps([asdict(s) for s in specs])]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    if log_path is not None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-    records: list[dict[str, Any]] = []
-    with open(log_path or os.devnull, "w") as err:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(_RECORD_PREFIX):
-                records.append(json.loads(line[len(_RECORD_PREFIX) :]))
-                if on_record is not None:
-                    on_record(len(records) - 1, records[-1])
-        rc = proc.wait()
-    if rc != 0 or len(records) != len(specs):
-        tail = Path(log_path).read_text()[-4000:] if log_path is not None else "(no log)"
-        failed = specs[len(records)].key() if len(records) < len(specs) else "?"
-        raise RuntimeError(f"batch failed at run {len(records) + 1}/{len(specs)} ({failed}, exit {rc}):\n{tail}")
-    return records
+        (log_dir / f"{spec.key()}.log").write_text(outcome["log"])
+    if not outcome["ok"]:
+        raise RuntimeError(f"run {spec.key()} failed ({outcome['error']})")
+    return outcome["record"]
 
 
 def time_to_target(record: dict[str, Any], target: float) -> tuple[float | None, int | None]:
@@ -276,11 +289,4 @@ def median_or_none(values: list[float | None]) -> float | None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--batch":
-        for position, raw in enumerate(json.loads(sys.argv[2])):
-            rec = run_in_process(RunSpec(**raw))
-            rec["batch_position"] = position
-            print(_RECORD_PREFIX + json.dumps(rec), flush=True)
-    else:
-        spec = RunSpec(**json.loads(sys.argv[1]))
-        print(json.dumps(run_in_process(spec)))
+    print(json.dumps(run_in_process(RunSpec(**json.loads(sys.argv[1])))))

@@ -6,7 +6,9 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -81,11 +83,54 @@ def write_results(name: str, payload: dict[str, Any], markdown: str, out_dir: Pa
         **payload,
     }
     json_path, md_path = out / f"{name}.json", out / f"{name}.md"
-    for path, text in ((json_path, json.dumps(record, indent=2, default=_jsonable)), (md_path, markdown)):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text + ("\n" if not text.endswith("\n") else ""))
-        os.replace(tmp, path)
+    write_json_atomic(json_path, record)
+    write_text_atomic(md_path, markdown)
     return json_path, md_path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (newline-terminated) to ``path`` so that readers see the old file or the new one, never a part.
+
+    The text goes to a unique temporary file in the same directory, is flushed to disk, then renamed over ``path``
+    (``os.replace`` is atomic on POSIX): a run killed mid-write leaves at most a stray ``*.tmp`` file.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text + ("" if text.endswith("\n") else "\n"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """``write_text_atomic`` of ``payload`` as indented JSON (numpy scalars and arrays, paths converted)."""
+    write_text_atomic(path, json.dumps(payload, indent=2, default=_jsonable))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def git_revision() -> str | None:
+    """The repository's ``HEAD`` commit, with ``+dirty`` when tracked files differ from it; None outside git."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True,
+                               text=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def _jsonable(obj: Any) -> Any:

@@ -15,28 +15,29 @@ success. Heuristic policies are evaluated on the same task set for reference.
 Usage::
 
     python benchmarks/grpo_vs_ppo.py                 # full: 5 seeds x 3 algorithms x 300k steps (make train budget)
-    python benchmarks/grpo_vs_ppo.py --quick         # reduced: 3 seeds x 60k steps (about 15 minutes here)
+    python benchmarks/grpo_vs_ppo.py --quick         # reduced: 2 seeds x 40k steps, 60 tasks (make bench-quick)
+    python benchmarks/grpo_vs_ppo.py --ent-coef-from benchmarks/results/tune_ent_coef.json   # tuned ent_coef per algo
 
-Results: ``benchmarks/results/grpo_vs_ppo.{json,md}`` and ``grpo_vs_ppo_curves.png`` (or ``--out-dir``).
+Results: ``benchmarks/results/grpo_vs_ppo.{json,md}`` and ``grpo_vs_ppo_curves.png`` (or ``--out-dir``); one
+record per run in ``records/grpo_vs_ppo/`` (finished runs are skipped when the command is run again).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
+import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.bench_lib import RunSpec, execute_run, mean_ci95, median_or_none, time_to_target  # noqa: E402
-from benchmarks.common import RESULTS_DIR, machine_line, write_results  # noqa: E402
+from benchmarks.bench_lib import EVAL_SEED, RunSpec, mean_ci95, median_or_none, time_to_target  # noqa: E402
+from benchmarks.common import machine_info, machine_line  # noqa: E402
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
 
+NAME = "grpo_vs_ppo"
 ALGOS = ("grpo", "ppo", "maskable_ppo")
 TARGETS = {"params_ratio_max": 0.55, "success_gap_max": 0.02, "time_to_target_ratio_max": 0.6}
 
@@ -47,7 +48,7 @@ def heuristic_reference(env_id: str, episodes: int) -> list[dict[str, Any]]:
 
     env = make_eval_env(env_id)
     ids = heldout_task_ids(env, episodes)
-    out = [evaluate_heuristic(make_heuristic(name), env, ids, seed=10_000).as_dict() for name in HEURISTICS]
+    out = [evaluate_heuristic(make_heuristic(name), env, ids, seed=EVAL_SEED).as_dict() for name in HEURISTICS]
     env.close()
     return out
 
@@ -194,58 +195,73 @@ def plot_curves(runs: dict[str, list[dict[str, Any]]], path: Path, heuristics: l
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="3 seeds x 60k steps, 100 eval tasks")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None)
-    parser.add_argument("--timesteps", type=int, default=None)
-    parser.add_argument("--eval-every", type=int, default=None)
-    parser.add_argument("--eval-episodes", type=int, default=100)
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
-    parser.add_argument("--env", default="EDO-v0")
-    parser.add_argument("--net-arch", default="128,128", help="actor hidden sizes, comma-separated (same for all algos)")
-    parser.add_argument("--out-dir", default=str(RESULTS_DIR))
-    parser.add_argument("--name", default="grpo_vs_ppo", help="base name of the result files")
-    args = parser.parse_args(argv)
-    seeds = args.seeds or ([0, 1, 2] if args.quick else [0, 1, 2, 3, 4])
-    timesteps = args.timesteps or (60_000 if args.quick else 300_000)
-    eval_every = args.eval_every or max(1, timesteps // 8)
-    net_arch = [int(x) for x in args.net_arch.split(",") if x]
-    if timesteps < 1 or args.eval_episodes < 1 or not net_arch:
-        parser.error("--timesteps and --eval-episodes must be >= 1 and --net-arch non-empty")
-    out_dir = Path(args.out_dir)
-    command = "python benchmarks/grpo_vs_ppo.py " + " ".join(argv if argv is not None else sys.argv[1:])
+def net_arch_of(cfg: StudyConfig) -> list[int]:
+    net_arch = [int(x) for x in cfg.options.net_arch.split(",") if x]
+    if not net_arch:
+        raise SystemExit("--net-arch must name at least one hidden layer size")
+    return net_arch
 
-    runs: dict[str, list[dict[str, Any]]] = {a: [] for a in args.algos}
-    t0 = time.perf_counter()
-    total = len(seeds) * len(args.algos)
-    k = 0
-    for seed in seeds:  # interleave algorithms so slow drift of the machine hits all of them alike
-        for algo in args.algos:
-            k += 1
-            spec = RunSpec(algo=algo, seed=seed, env_id=args.env, total_timesteps=timesteps, eval_every=eval_every,
-                           eval_episodes=args.eval_episodes, train_overrides={"net_arch": net_arch})  # fmt: skip
-            print(f"[{k}/{total}] {algo} seed {seed} ({timesteps:,} steps) ...", flush=True)
-            rec = execute_run(spec, log_dir=out_dir / "logs" / args.name)
-            runs[algo].append(rec)
-            f = rec["final"]
-            print(
-                f"    success {f['success']:.3f}, return {f['return']:+.3f}, wall {rec['wall_time_s']:.0f} s "
-                f"(rollout {rec['rollout_s']:.0f} s, update {rec['update_s']:.0f} s), {time.perf_counter() - t0:.0f} s elapsed",
-                flush=True,
-            )
-    heuristics = heuristic_reference(args.env, args.eval_episodes)
-    summary = summarise(runs)
-    settings = {"command": command, "seeds": seeds, "timesteps": timesteps, "eval_every": eval_every,
-                "eval_episodes": args.eval_episodes, "net_arch": net_arch, "algos": args.algos, "env": args.env}  # fmt: skip
-    from benchmarks.common import machine_info
 
+def eval_every_of(cfg: StudyConfig) -> int:
+    return cfg.options.eval_every or max(1, cfg.budget.timesteps // 8)
+
+
+def tuned_ent_coefs(cfg: StudyConfig) -> dict[str, float]:
+    """Per algorithm, the entropy coefficient chosen by ``tune_ent_coef.py`` (empty without ``--ent-coef-from``)."""
+    if not cfg.options.ent_coef_from:
+        return {}
+    best = json.loads(Path(cfg.options.ent_coef_from).read_text())["best"]
+    return {algo: float(b["ent_coef"]) for algo, b in best.items() if b is not None}
+
+
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    return {"": Point(env_id=cfg.options.env)}
+
+
+def spec(cfg: StudyConfig, point: Point, algo: str, seed: int) -> RunSpec:
+    """Evaluated at step 0 and every ``eval_every`` steps (the learning curve), on the same held-out tasks for all."""
+    overrides: dict[str, Any] = {"net_arch": net_arch_of(cfg)}
+    if algo in tuned_ent_coefs(cfg):
+        overrides["ent_coef"] = tuned_ent_coefs(cfg)[algo]
+    return RunSpec(algo=algo, seed=seed, env_id=point.env_id, total_timesteps=cfg.budget.timesteps,
+                   eval_every=eval_every_of(cfg), eval_episodes=cfg.budget.eval_episodes, train_overrides=overrides)  # fmt: skip
+
+
+def summarise_study(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    by_algo = {a: runs.seeds("", a) for a in cfg.algos}
+    by_algo = {a: recs for a, recs in by_algo.items() if recs}
+    print(f"heuristics on {cfg.budget.eval_episodes} held-out {cfg.options.env} tasks ...", flush=True)
+    heuristics = heuristic_reference(cfg.options.env, cfg.budget.eval_episodes)
+    summary = summarise(by_algo)
+    settings = {"command": cfg.command, "mode": cfg.tier, "seeds": list(cfg.budget.seeds), "timesteps": cfg.budget.timesteps,
+                "eval_every": eval_every_of(cfg), "eval_episodes": cfg.budget.eval_episodes, "net_arch": net_arch_of(cfg),
+                "algos": list(cfg.algos), "env": cfg.options.env, "ent_coef_by_algo": tuned_ent_coefs(cfg) or None}  # fmt: skip
     md = markdown(summary, heuristics, settings, machine_line(machine_info()))
-    write_results(args.name, {"settings": settings, "summary": summary, "heuristics": heuristics, "runs": runs}, md, out_dir)
-    plot_curves(runs, out_dir / f"{args.name}_curves.png", heuristics)
-    print("\n" + md)
-    return summary
+    return {"settings": settings, "summary": summary, "heuristics": heuristics, "runs": by_algo}, md
 
+
+def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
+    if payload["runs"]:
+        plot_curves(payload["runs"], path.with_name(f"{cfg.name}_curves.png"), payload["heuristics"])
+
+
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    budgets=Tiered(full=Budget(300_000, (0, 1, 2, 3, 4), 100), quick=Budget(40_000, (0, 1), 60), smoke=Budget(300, (0,), 3)),
+    algos=Tiered(full=ALGOS, quick=ALGOS, smoke=("grpo", "ppo")),
+    options=(
+        Option("--eval-every", None, "env steps between held-out evaluations (default: timesteps / 8)", type=int),
+        Option("--env", "EDO-v0", "env id"),
+        Option("--net-arch", "128,128", "actor hidden sizes, comma-separated (same for all algos)"),
+        Option("--ent-coef-from", None, "tune_ent_coef.json: train each algorithm with its tuned ent_coef"),
+    ),
+    points=points,
+    spec=spec,
+    summarise=summarise_study,
+    plot=plot,
+)
+main = STUDY.main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -28,6 +28,7 @@ Results: ``benchmarks/results/study_grpo_variants.{json,md,png}`` (or ``--out-di
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,20 +37,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.study_common import (  # noqa: E402
-    collapsed_note,
-    command,
-    finish,
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.summary import (  # noqa: E402
+    MISSING,
+    difference,
+    fmt_figures,
     fmt_frac,
     fmt_stats,
     header,
-    mode_of,
     pyplot,
-    resolve_common,
-    run_all,
-    study_parser,
     summarise_runs,
-    train_spec,
 )
 
 NAME = "study_grpo_variants"
@@ -88,6 +85,18 @@ def base_description() -> str:
             f"supervision={d.supervision}, lr={d.learning_rate:g}, batch {d.batch_size}, {d.n_epochs} epochs")  # fmt: skip
 
 
+def slug(variant: str) -> str:
+    """A variant's point id (file-name safe): ``"no std (Dr. GRPO)"`` -> ``"no_std_Dr._GRPO"``, ``"G=4"`` -> ``"G4"``."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", variant.replace("=", "")).strip("_")
+
+
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    return {
+        slug(name): Point(train_overrides=ov, algos=("grpo",))
+        for name, ov in variants(cfg.options.groups, cfg.options.kl).items()
+    }
+
+
 def markdown(settings: dict[str, Any], results: dict[str, Any]) -> str:
     lines = header(
         "Caveat study: GRPO variants (one factor at a time)",
@@ -102,42 +111,79 @@ def markdown(settings: dict[str, Any], results: dict[str, Any]) -> str:
               "| dropped groups | all-fail groups | collapsed runs |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, v in results.items():
         ov = ", ".join(f"{k}={val}" for k, val in v["overrides"].items()) or "-"
+        if v["success"] is None:
+            lines.append(f"| {name} | {ov} | {MISSING} |" + " |" * 7)
+            continue
         lines.append(
-            f"| {name} | {ov} | {fmt_stats(v['success'])}{collapsed_note(v['calls'])} | {fmt_stats(v['return'])} "
+            f"| {name} | {ov} | {fmt_figures(v)} | {fmt_stats(v['return'])} "
             f"| {v['calls']:.1f} | {v['wall_time_s']:.0f} | {v['rollout_s']:.0f} / {v['update_s']:.0f} "
             f"| {fmt_frac(v['dropped_group_fraction'])} | {fmt_frac(v['all_fail_group_fraction'])} "
             f"| {v['collapsed_runs']}/{len(v['seeds'])} |"
         )
-    base = results[BASE]
     lines += ["", "## What this shows", ""]
+    base = results[BASE]
     for name, v in results.items():
         if name == BASE:
             continue
-        d = v["success"]["mean"] - base["success"]["mean"]
-        t = v["wall_time_s"] / base["wall_time_s"] if base["wall_time_s"] > 0 else float("nan")
-        lines.append(f"- {name}: success {d:+.3f} versus base, train wall time x{t:.2f}.")
-    best = max(results, key=lambda n: results[n]["success"]["mean"])
-    lines.append(f"- Highest mean success: {best} ({results[best]['success']['mean']:.3f}).")
+        d = difference(mean_success(v), mean_success(base))
+        t = ratio(v.get("wall_time_s"), base.get("wall_time_s"))
+        lines.append(f"- {name}: success {MISSING if d is None else f'{d:+.3f}'} versus base, train wall time "
+                     f"{MISSING if t is None else f'x{t:.2f}'}.")  # fmt: skip
+    known = [n for n in results if results[n]["success"] is not None]
+    if known:
+        best = max(known, key=lambda n: results[n]["success"]["mean"])
+        lines.append(f"- Highest mean success: {best} ({results[best]['success']['mean']:.3f}).")
     if len(settings["seeds"]) < 2:
         lines.append("- One seed per variant: no interval over seeds; single-seed differences are not evidence.")
     return "\n".join(lines)
 
 
-def plot(settings: dict[str, Any], results: dict[str, Any], path: Path) -> None:
+def mean_success(variant: dict[str, Any]) -> float | None:
+    return None if variant["success"] is None else variant["success"]["mean"]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    table = variants(cfg.options.groups, cfg.options.kl)
+    settings = {**cfg.settings(), "env_id": "EDO-v0", "base": base_description(), "variants": table}
+    results = {}
+    for name, ov in table.items():
+        recs = runs.seeds(slug(name), "grpo")
+        figures = summarise_runs(recs) or {"success": None}
+        results[name] = {"overrides": ov, **figures,
+                         "rollout_s": float(np.median([r["rollout_s"] for r in recs])) if recs else None,
+                         "update_s": float(np.median([r["update_s"] for r in recs])) if recs else None}  # fmt: skip
+    base = results[BASE]
+    known = [n for n in results if results[n]["success"] is not None]
+    concl = {
+        "success_minus_base": {n: difference(mean_success(v), mean_success(base)) for n, v in results.items() if n != BASE},
+        "wall_time_over_base": {n: ratio(v.get("wall_time_s"), base.get("wall_time_s")) for n, v in results.items() if n != BASE},
+        "best_variant": max(known, key=lambda n: results[n]["success"]["mean"]) if known else None,
+    }  # fmt: skip
+    payload = {"settings": settings, "variants": results, "conclusion": concl, "runs": runs.by_key()}
+    return payload, markdown(settings, results)
+
+
+def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
+    settings, results = payload["settings"], payload["variants"]
     plt = pyplot()
     names = list(results)
     x = np.arange(len(names))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    means = [results[n]["success"]["mean"] for n in names]
-    if len(settings["seeds"]) > 1:
-        ci = [(max(0.0, results[n]["success"]["ci95"][0]), min(1.0, results[n]["success"]["ci95"][1])) for n in names]
-        err = np.array([[m - lo, hi - m] for (lo, hi), m in zip(ci, means, strict=True)]).T  # CI clipped to [0, 1]
+    stats = [results[n]["success"] for n in names]
+    means = [np.nan if s is None else s["mean"] for s in stats]
+    if len(settings["seeds"]) > 1:  # CI clipped to [0, 1]
+        err = np.array([[0.0, 0.0] if s is None else [s["mean"] - max(0.0, s["ci95"][0]), min(1.0, s["ci95"][1]) - s["mean"]]
+                        for s in stats]).T  # fmt: skip
         axes[0].bar(x, means, yerr=err, capsize=3)
     else:
         axes[0].bar(x, means)
     axes[0].set_ylabel("held-out success")
     axes[0].set_ylim(0, 1.03)
-    axes[1].bar(x, [results[n]["wall_time_s"] for n in names], color="C1")
+    axes[1].bar(x, [np.nan if results[n].get("wall_time_s") is None else results[n]["wall_time_s"] for n in names], color="C1")
     axes[1].set_ylabel("train wall time (s, median)")
     for ax in axes:
         ax.set_xticks(x, names, rotation=25, ha="right", fontsize=8)
@@ -147,40 +193,20 @@ def plot(settings: dict[str, Any], results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = study_parser(__doc__)
-    parser.add_argument("--groups", type=int, nargs="+", default=[4, 8, 16], help="group sizes")
-    parser.add_argument("--kl", type=float, default=0.05, help="kl_coef of the KL variant")
-    args = parser.parse_args(argv)
-    resolve_common(args, seeds=([0, 1, 2], [0], [0]), timesteps=(150_000, 15_000, 300), episodes=(200, 60, 3))
-    groups = args.groups if not args.tiny else [g for g in args.groups if g <= 4] or args.groups[:1]
-    table = variants(groups, args.kl)
-    out_dir = Path(args.out_dir)
-    settings = {"command": command("study_grpo_variants.py", argv), "mode": mode_of(args), "seeds": args.seeds,
-                "timesteps": args.timesteps, "eval_episodes": args.eval_episodes, "env_id": "EDO-v0", "base": base_description(),
-                "variants": table}  # fmt: skip
-    slug = {name: name.replace(" ", "_").replace("(", "").replace(")", "").replace("=", "").replace(".", "") for name in table}
-    specs = [(f"{slug[name]}-s{s}", train_spec("grpo", s, "EDO-v0", args.timesteps, args.eval_episodes, train_overrides=ov))
-             for s in args.seeds for name, ov in table.items()]  # fmt: skip
-    records = run_all(specs, out_dir, NAME, isolated=True)  # wall times are compared: one process per run
-    results = {}
-    for name, ov in table.items():
-        recs = [records[f"{slug[name]}-s{s}"] for s in args.seeds]
-        results[name] = {"overrides": ov, **summarise_runs(recs),
-                         "rollout_s": float(np.median([r["rollout_s"] for r in recs])),
-                         "update_s": float(np.median([r["update_s"] for r in recs]))}  # fmt: skip
-    base = results[BASE]
-    concl = {
-        "success_minus_base": {n: v["success"]["mean"] - base["success"]["mean"] for n, v in results.items() if n != BASE},
-        "wall_time_over_base": {n: v["wall_time_s"] / base["wall_time_s"] for n, v in results.items() if n != BASE and base["wall_time_s"] > 0},
-        "best_variant": max(results, key=lambda n: results[n]["success"]["mean"]),
-    }  # fmt: skip
-    md = markdown(settings, results)
-    payload = {"settings": settings, "variants": results, "conclusion": concl, "runs": records}
-    plot(settings, results, out_dir / f"{NAME}.png")
-    finish(NAME, payload, md, out_dir)
-    return payload
-
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    budgets=Tiered(full=Budget(150_000, (0, 1, 2), 200), quick=Budget(15_000, (0,), 60), smoke=Budget(300, (0,), 3)),
+    algos=Tiered(full=("grpo",), quick=("grpo",), smoke=("grpo",)),
+    options=(
+        Option("--groups", Tiered(full=[4, 8, 16], quick=[4, 8, 16], smoke=[4]), "group sizes", type=int, nargs="+"),
+        Option("--kl", 0.05, "kl_coef of the KL variant", type=float),
+    ),
+    points=points,
+    summarise=summarise,
+    plot=plot,
+)
+main = STUDY.main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -28,23 +28,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.study_common import (  # noqa: E402
-    collapsed_note,
-    command,
-    finish,
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.summary import (  # noqa: E402
+    difference,
     fmt_eval,
+    fmt_figures,
     fmt_frac,
-    fmt_stats,
     header,
     heuristic_results,
-    mode_of,
-    pick,
+    nan_if_none,
     pyplot,
-    resolve_common,
-    run_all,
-    study_parser,
+    success_mean,
     summarise_runs,
-    train_spec,
 )
 
 NAME = "study_horizon"
@@ -63,20 +58,28 @@ def env_kwargs(h: int) -> dict[str, Any]:
     return {"tasks": {"families": ["multihop"], "min_hops": h, "max_hops": h}}
 
 
+def point_id(h: int) -> str:
+    return f"h{h}"
+
+
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    return {point_id(h): Point(env_kwargs=env_kwargs(h)) for h in cfg.options.hops}
+
+
 def conclusion(hops: list[int], results: dict[str, Any]) -> dict[str, Any]:
     """Where GRPO's mean held-out success stops being above PPO's, and where its groups stop carrying an outcome."""
     out: dict[str, Any] = {"grpo_above_ppo": [], "tied": [], "grpo_below_ppo": [], "both_zero": [],
                            "first_h_grpo_not_above_ppo": None, "first_h_grpo_all_fail_ge_0.9": None}  # fmt: skip
     for h in hops:
         algos = results[str(h)]["algos"]
-        if "grpo" in algos and "ppo" in algos:
-            g, p = algos["grpo"]["success"]["mean"], algos["ppo"]["success"]["mean"]
+        g, p = success_mean(algos.get("grpo")), success_mean(algos.get("ppo"))
+        if g is not None and p is not None:
             out["grpo_above_ppo" if g > p + 1e-9 else "grpo_below_ppo" if g < p - 1e-9 else "tied"].append(h)
             if g == 0 and p == 0:
                 out["both_zero"].append(h)
             if g <= p + 1e-9 and out["first_h_grpo_not_above_ppo"] is None:
                 out["first_h_grpo_not_above_ppo"] = h
-        fail = algos.get("grpo", {}).get("all_fail_group_fraction")
+        fail = (algos.get("grpo") or {}).get("all_fail_group_fraction")
         if fail is not None and fail >= 0.9 and out["first_h_grpo_all_fail_ge_0.9"] is None:
             out["first_h_grpo_all_fail_ge_0.9"] = h
     return out
@@ -97,8 +100,7 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], concl: dict[str,
               "|---|" + "---|" * (len(algos) + len(HEURISTICS))]  # fmt: skip
     for h in hops:
         r = results[str(h)]
-        cells = [fmt_stats(r["algos"][a]["success"]) + collapsed_note(r["algos"][a]["calls"]) for a in algos]
-        cells += [fmt_eval(r["heuristics"][n]) for n in HEURISTICS]
+        cells = [fmt_figures(r["algos"][a]) for a in algos] + [fmt_eval(r["heuristics"][n]) for n in HEURISTICS]
         lines.append(f"| {h} | " + " | ".join(cells) + " |")
     if "grpo" in algos:
         lines += ["", "GRPO group statistics (means over the rollouts of training; 'all fail' = no member succeeded, "
@@ -107,6 +109,9 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], concl: dict[str,
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for h in hops:
             g = results[str(h)]["algos"]["grpo"]
+            if g is None:
+                lines.append(f"| {h} | missing | missing | missing | missing | missing |")
+                continue
             lines.append(
                 f"| {h} | {fmt_frac(g['dropped_group_fraction'])} | {fmt_frac(g['all_fail_group_fraction'])} "
                 f"| {fmt_frac(g['all_success_group_fraction'])} | {g['calls']:.1f} | {g['tokens']:.0f} |"
@@ -138,15 +143,38 @@ def _wilson_half(n: int) -> float:
     return 1.96 * (0.25 / n) ** 0.5
 
 
-def plot(settings: dict[str, Any], results: dict[str, Any], path: Path) -> None:
+def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    hops = list(cfg.options.hops)
+    settings = {**cfg.settings(), "hops": hops, "heuristics": list(HEURISTICS), "env_id": "EDO-v0",
+                "grpo_config": grpo_config(), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}}  # fmt: skip
+    results: dict[str, Any] = {}
+    for h in hops:
+        print(f"heuristics at h={h} ...", flush=True)
+        results[str(h)] = {
+            "algos": {a: summarise_runs(runs.seeds(point_id(h), a)) for a in cfg.algos},
+            "heuristics": heuristic_results("EDO-v0", env_kwargs(h), HEURISTICS, cfg.budget.eval_episodes),
+        }
+    gap = None
+    if "grpo" in cfg.algos and "ppo" in cfg.algos:
+        gap = {str(h): difference(success_mean(results[str(h)]["algos"]["grpo"]), success_mean(results[str(h)]["algos"]["ppo"]))
+               for h in hops}  # fmt: skip
+    concl = conclusion(hops, results)
+    payload = {"settings": settings, "results": results, "gap_grpo_minus_ppo": gap, "conclusion": concl,
+               "runs": runs.by_key()}  # fmt: skip
+    return payload, markdown(settings, results, concl)
+
+
+def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
+    settings, results = payload["settings"], payload["results"]
     plt = pyplot()
     hops = settings["hops"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for algo in settings["algos"]:
-        st = [results[str(h)]["algos"][algo]["success"] for h in hops]
-        axes[0].plot(hops, [s["mean"] for s in st], marker="o", label=algo)
-        if len(settings["seeds"]) > 1:
-            lo, hi = [max(0.0, s["ci95"][0]) for s in st], [min(1.0, s["ci95"][1]) for s in st]  # clipped to [0, 1]
+        st = [(results[str(h)]["algos"][algo] or {}).get("success") for h in hops]
+        axes[0].plot(hops, nan_if_none([None if s is None else s["mean"] for s in st]), marker="o", label=algo)
+        if len(settings["seeds"]) > 1:  # CI clipped to [0, 1]
+            lo = nan_if_none([None if s is None else max(0.0, s["ci95"][0]) for s in st])
+            hi = nan_if_none([None if s is None else min(1.0, s["ci95"][1]) for s in st])
             axes[0].fill_between(hops, lo, hi, alpha=0.2)
     for name in HEURISTICS:
         axes[0].plot(hops, [results[str(h)]["heuristics"][name]["success_rate"] for h in hops], ls=":", marker=".", label=name)
@@ -156,8 +184,8 @@ def plot(settings: dict[str, Any], results: dict[str, Any], path: Path) -> None:
     axes[0].legend(fontsize=8)
     if "grpo" in settings["algos"]:
         for key, label in (("all_fail_group_fraction", "all members failed"), ("dropped_group_fraction", "dropped (tied)")):
-            vals = [results[str(h)]["algos"]["grpo"][key] for h in hops]
-            axes[1].plot(hops, [float("nan") if v is None else v for v in vals], marker="o", label=label)
+            vals = [(results[str(h)]["algos"]["grpo"] or {}).get(key) for h in hops]
+            axes[1].plot(hops, nan_if_none(vals), marker="o", label=label)
         axes[1].set_ylim(-0.05, 1.05)
         axes[1].set_xlabel("hops h")
         axes[1].set_ylabel("fraction of GRPO groups (mean over rollouts)")
@@ -168,40 +196,25 @@ def plot(settings: dict[str, Any], results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = study_parser(__doc__)
-    parser.add_argument("--hops", type=int, nargs="+", default=None, help="horizons (hops per task)")
-    parser.add_argument("--algos", nargs="+", default=None, choices=ALGOS)
-    args = parser.parse_args(argv)
-    resolve_common(args, seeds=([0, 1, 2], [0, 1], [0]), timesteps=(150_000, 12_000, 300), episodes=(200, 60, 3))
-    hops = args.hops or pick(args, [2, 4, 6, 8, 10, 12], [2, 4, 8, 12], [2, 4])
-    algos = args.algos or pick(args, list(ALGOS), ["grpo", "ppo"], ["grpo"])
-    out_dir = Path(args.out_dir)
-    settings = {"command": command("study_horizon.py", argv), "mode": mode_of(args), "hops": hops, "algos": algos,
-                "seeds": args.seeds, "timesteps": args.timesteps, "eval_episodes": args.eval_episodes,
-                "heuristics": list(HEURISTICS), "env_id": "EDO-v0", "grpo_config": grpo_config(), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}}  # fmt: skip
-
-    specs = [(f"h{h}-{algo}-s{seed}", train_spec(algo, seed, "EDO-v0", args.timesteps, args.eval_episodes, env_kwargs=env_kwargs(h)))
-             for h in hops for seed in args.seeds for algo in algos]  # fmt: skip
-    records = run_all(specs, out_dir, NAME)
-    results: dict[str, Any] = {}
-    for h in hops:
-        print(f"heuristics at h={h} ...", flush=True)
-        results[str(h)] = {
-            "algos": {a: summarise_runs([records[f"h{h}-{a}-s{s}"] for s in args.seeds]) for a in algos},
-            "heuristics": heuristic_results("EDO-v0", env_kwargs(h), list(HEURISTICS), args.eval_episodes),
-        }
-    gap = None
-    if "grpo" in algos and "ppo" in algos:
-        gap = {str(h): results[str(h)]["algos"]["grpo"]["success"]["mean"] - results[str(h)]["algos"]["ppo"]["success"]["mean"]
-               for h in hops}  # fmt: skip
-    concl = conclusion(hops, results)
-    md = markdown(settings, results, concl)
-    payload = {"settings": settings, "results": results, "gap_grpo_minus_ppo": gap, "conclusion": concl, "runs": records}
-    plot(settings, results, out_dir / f"{NAME}.png")
-    finish(NAME, payload, md, out_dir)
-    return payload
-
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    budgets=Tiered(full=Budget(150_000, (0, 1, 2), 200), quick=Budget(12_000, (0, 1), 60), smoke=Budget(300, (0,), 3)),
+    algos=Tiered(full=ALGOS, quick=("grpo", "ppo"), smoke=("grpo",)),
+    options=(
+        Option(
+            "--hops",
+            Tiered(full=[2, 4, 6, 8, 10, 12], quick=[2, 4, 8, 12], smoke=[2, 4]),
+            "horizons (hops per task)",
+            type=int,
+            nargs="+",
+        ),
+    ),  # fmt: skip
+    points=points,
+    summarise=summarise,
+    plot=plot,
+)
+main = STUDY.main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -25,22 +25,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.study_common import (  # noqa: E402
-    collapsed_note,
-    command,
-    finish,
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.summary import (  # noqa: E402
+    MISSING,
+    difference,
+    finite_mean,
     fmt_eval,
-    fmt_stats,
+    fmt_figures,
+    fmt_signed,
     header,
     heuristic_results,
-    mode_of,
-    pick,
+    nan_if_none,
     pyplot,
-    resolve_common,
-    run_all,
-    study_parser,
+    success_mean,
     summarise_runs,
-    train_spec,
 )
 
 NAME = "study_planner"
@@ -56,9 +54,13 @@ def env_kwargs(rate: float, replan: bool) -> dict[str, Any]:
     return {"planner_error_rate": rate, "enable_replan": replan}
 
 
-def policy_success(cell: dict[str, Any], policy: str) -> float:
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    return {key(r, rp): Point(env_kwargs=env_kwargs(r, rp)) for r in cfg.options.rates for rp in (True, False)}
+
+
+def policy_success(cell: dict[str, Any], policy: str) -> float | None:
     if policy in cell["algos"]:
-        return cell["algos"][policy]["success"]["mean"]
+        return success_mean(cell["algos"][policy])
     return cell["heuristics"][policy]["success_rate"]
 
 
@@ -77,34 +79,65 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], benefit: dict[st
     for rate in rates:
         for replan in (True, False):
             c = results[key(rate, replan)]
-            cells = [fmt_stats(c["algos"][a]["success"]) + collapsed_note(c["algos"][a]["calls"]) for a in algos]
-            cells += [fmt_eval(c["heuristics"][n]) for n in HEURISTICS]
+            cells = [fmt_figures(c["algos"][a]) for a in algos] + [fmt_eval(c["heuristics"][n]) for n in HEURISTICS]
             lines.append(f"| {rate:g} | {'on' if replan else 'off'} | " + " | ".join(cells) + " |")
     lines += ["", "Replan benefit (success with replan minus without):", "",
               "| policy | " + " | ".join(f"p={r:g}" for r in rates) + " |", "|---|" + "---|" * len(rates)]  # fmt: skip
     for pol in policies:
-        lines.append(f"| {pol} | " + " | ".join(f"{benefit[pol][f'{r:g}']:+.3f}" for r in rates) + " |")
+        lines.append(f"| {pol} | " + " | ".join(fmt_signed(benefit[pol][f"{r:g}"]) for r in rates) + " |")
     lines += ["", "## What this shows", ""]
     for pol in policies:
         on = [policy_success(results[key(r, True)], pol) for r in rates]
+        known = [v for v in benefit[pol].values() if v is not None]
+        span = f"from {min(known):+.3f} to {max(known):+.3f}" if known else MISSING
         lines.append(
-            f"- {pol}: success with replan goes {' -> '.join(f'{v:.3f}' for v in on)} as the error rate goes "
-            f"{' -> '.join(f'{r:g}' for r in rates)}; the replan benefit ranges from "
-            f"{min(benefit[pol].values()):+.3f} to {max(benefit[pol].values()):+.3f}."
+            f"- {pol}: success with replan goes {' -> '.join(MISSING if v is None else f'{v:.3f}' for v in on)} as the "
+            f"error rate goes {' -> '.join(f'{r:g}' for r in rates)}; the replan benefit ranges {span}."
         )
     if len(settings["seeds"]) < 2:
         lines.append("- One seed per learned cell: no interval over seeds.")
     return "\n".join(lines)
 
 
-def plot(settings: dict[str, Any], results: dict[str, Any], path: Path) -> None:
+def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    rates = list(cfg.options.rates)
+    settings = {**cfg.settings(), "rates": rates, "env_id": "EDO-v0", "heuristics": list(HEURISTICS)}
+    results: dict[str, Any] = {}
+    for r in rates:
+        for rp in (True, False):
+            print(f"heuristics at error rate {r:g}, replan {rp} ...", flush=True)
+            results[key(r, rp)] = {
+                "error_rate": r,
+                "enable_replan": rp,
+                "algos": {a: summarise_runs(runs.seeds(key(r, rp), a)) for a in cfg.algos},
+                "heuristics": heuristic_results("EDO-v0", env_kwargs(r, rp), HEURISTICS, cfg.budget.eval_episodes),
+            }
+    policies = [*cfg.algos, *HEURISTICS]
+    benefit = {
+        pol: {f"{r:g}": difference(policy_success(results[key(r, True)], pol), policy_success(results[key(r, False)], pol))
+              for r in rates}
+        for pol in policies
+    }  # fmt: skip
+    concl = {
+        pol: {"mean_replan_benefit": finite_mean(list(b.values())),
+              "success_drop_from_lowest_to_highest_rate_with_replan": difference(
+                  policy_success(results[key(rates[0], True)], pol), policy_success(results[key(rates[-1], True)], pol))}
+        for pol, b in benefit.items()
+    }  # fmt: skip
+    payload = {"settings": settings, "results": results, "replan_benefit": benefit, "conclusion": concl,
+               "runs": runs.by_key()}  # fmt: skip
+    return payload, markdown(settings, results, benefit)
+
+
+def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
+    settings, results = payload["settings"], payload["results"]
     plt = pyplot()
     rates = settings["rates"]
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for k, pol in enumerate([*settings["algos"], *HEURISTICS]):
         color = f"C{k}"
         for replan, ls in ((True, "-"), (False, "--")):
-            ys = [policy_success(results[key(r, replan)], pol) for r in rates]
+            ys = nan_if_none([policy_success(results[key(r, replan)], pol) for r in rates])
             ax.plot(rates, ys, ls=ls, marker="o", color=color, label=f"{pol} ({'replan' if replan else 'no replan'})")
     ax.set_xlabel("planner error rate")
     ax.set_ylabel("held-out success rate")
@@ -116,49 +149,25 @@ def plot(settings: dict[str, Any], results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = study_parser(__doc__)
-    parser.add_argument("--rates", type=float, nargs="+", default=None, help="planner error rates")
-    parser.add_argument("--algos", nargs="+", default=None, choices=ALGOS)
-    args = parser.parse_args(argv)
-    resolve_common(args, seeds=([0, 1, 2], [0], [0]), timesteps=(150_000, 10_000, 300), episodes=(200, 60, 3))
-    rates = args.rates or pick(args, [0.0, 0.2, 0.4, 0.6], [0.0, 0.2, 0.4, 0.6], [0.0, 0.6])
-    algos = args.algos or ["grpo"]
-    out_dir = Path(args.out_dir)
-    settings = {"command": command("study_planner.py", argv), "mode": mode_of(args), "rates": rates, "algos": algos,
-                "seeds": args.seeds, "timesteps": args.timesteps, "eval_episodes": args.eval_episodes, "env_id": "EDO-v0",
-                "heuristics": list(HEURISTICS)}  # fmt: skip
-    specs = [(f"{key(r, rp)}-{a}-s{s}", train_spec(a, s, "EDO-v0", args.timesteps, args.eval_episodes, env_kwargs=env_kwargs(r, rp)))
-             for r in rates for rp in (True, False) for s in args.seeds for a in algos]  # fmt: skip
-    records = run_all(specs, out_dir, NAME)
-    results: dict[str, Any] = {}
-    for r in rates:
-        for rp in (True, False):
-            print(f"heuristics at error rate {r:g}, replan {rp} ...", flush=True)
-            results[key(r, rp)] = {
-                "error_rate": r,
-                "enable_replan": rp,
-                "algos": {a: summarise_runs([records[f"{key(r, rp)}-{a}-s{s}"] for s in args.seeds]) for a in algos},
-                "heuristics": heuristic_results("EDO-v0", env_kwargs(r, rp), list(HEURISTICS), args.eval_episodes),
-            }
-    benefit = {
-        pol: {
-            f"{r:g}": policy_success(results[key(r, True)], pol) - policy_success(results[key(r, False)], pol) for r in rates
-        }
-        for pol in [*algos, *HEURISTICS]
-    }
-    concl = {
-        pol: {"mean_replan_benefit": sum(b.values()) / len(b),
-              "success_drop_from_lowest_to_highest_rate_with_replan": policy_success(results[key(rates[0], True)], pol)
-              - policy_success(results[key(rates[-1], True)], pol)}
-        for pol, b in benefit.items()
-    }  # fmt: skip
-    md = markdown(settings, results, benefit)
-    payload = {"settings": settings, "results": results, "replan_benefit": benefit, "conclusion": concl, "runs": records}
-    plot(settings, results, out_dir / f"{NAME}.png")
-    finish(NAME, payload, md, out_dir)
-    return payload
-
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    budgets=Tiered(full=Budget(150_000, (0, 1, 2), 200), quick=Budget(10_000, (0,), 60), smoke=Budget(300, (0,), 3)),
+    algos=Tiered(full=("grpo",), quick=("grpo",), smoke=("grpo",)),
+    options=(
+        Option(
+            "--rates",
+            Tiered(full=[0.0, 0.2, 0.4, 0.6], quick=[0.0, 0.2, 0.4, 0.6], smoke=[0.0, 0.6]),
+            "planner error rates",
+            type=float,
+            nargs="+",
+        ),
+    ),  # fmt: skip
+    points=points,
+    summarise=summarise,
+    plot=plot,
+)
+main = STUDY.main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,24 +12,17 @@ Results: ``benchmarks/results/study_ppo_tuning.{json,md}``.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.study_common import (  # noqa: E402
-    command,
-    finish,
-    header,
-    mode_of,
-    resolve_common,
-    run_all,
-    seed_stats,
-    study_parser,
-    train_spec,
-)
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.summary import MISSING, header, seed_stats  # noqa: E402
 
+NAME = "study_ppo_tuning"
 #: name -> TrainConfig overrides (on top of the shared defaults: lr 5e-4, ent 0.01, n_steps 256 x 16 envs,
 #: batch 512, 4 epochs, gamma 0.99, gae 0.95).
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -42,57 +35,72 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = study_parser(__doc__)
-    parser.add_argument("--algos", nargs="+", default=["maskable_ppo", "ppo"], choices=["ppo", "maskable_ppo"])
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    args = parser.parse_args(argv)
-    resolve_common(args, seeds=((0,), (0,), (0,)), timesteps=(300_000, 60_000, 600), episodes=(100, 60, 4))
-    specs = []
-    for algo in args.algos:
-        for name in args.settings:
-            for seed in args.seeds:
-                spec = train_spec(algo, seed, "EDO-v0", args.timesteps, args.eval_episodes, train_overrides=SETTINGS[name])
-                specs.append((f"{algo}/{name}/s{seed}", spec))
-    out_dir = Path(args.out_dir)
-    records = run_all(specs, out_dir, "study_ppo_tuning")
+def slug(setting: str) -> str:
+    """A setting's point id (file-name safe): ``"sb3 defaults + ent 0.01"`` -> ``"sb3_defaults_+_ent_0.01"``."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", setting).strip("_")
+
+
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    return {slug(name): Point(train_overrides=SETTINGS[name]) for name in cfg.options.settings}
+
+
+def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     rows: dict[str, dict[str, Any]] = {}
-    for algo in args.algos:
-        for name in args.settings:
-            recs = [records[f"{algo}/{name}/s{s}"] for s in args.seeds]
+    for algo in cfg.algos:
+        for name in cfg.options.settings:
+            recs = runs.seeds(slug(name), algo)
             rows[f"{algo}/{name}"] = {
                 "algo": algo,
                 "setting": name,
                 "overrides": SETTINGS[name],
                 "success": seed_stats([r["final"]["success"] for r in recs]),
                 "return": seed_stats([r["final"]["return"] for r in recs]),
-                "calls_per_episode": float(sum(r["final"]["calls"] for r in recs) / len(recs)),
+                "calls_per_episode": float(sum(r["final"]["calls"] for r in recs) / len(recs)) if recs else None,
             }
-    cmd = command("study_ppo_tuning.py", argv)
-    lines = header(
-        "PPO / MaskablePPO settings on EDO-v0",
-        cmd,
-        mode_of(args),
-        f"{args.timesteps:,} env steps per run, seeds {args.seeds}, {args.eval_episodes} held-out tasks, actor [128, 128]",
-    )
+    b = cfg.budget
+    lines = header("PPO / MaskablePPO settings on EDO-v0", cfg.command, cfg.tier,
+                   f"{b.timesteps:,} env steps per run, seeds {list(b.seeds)}, {b.eval_episodes} held-out tasks, actor [128, 128]")  # fmt: skip
     lines += ["", "| algo | setting | held-out success | return | calls/ep |", "|---|---|---|---|---|"]
     for row in rows.values():
+        if row["success"] is None:
+            lines.append(f"| {row['algo']} | {row['setting']} | {MISSING} | | |")
+            continue
         lines.append(
             f"| {row['algo']} | {row['setting']} | {row['success']['mean']:.3f} | {row['return']['mean']:+.3f} "
             f"| {row['calls_per_episode']:.1f} |"
         )
-    best = max(rows.values(), key=lambda r: r["success"]["mean"])
-    lines += [
-        "",
-        "## What this shows",
-        "",
-        f"Best setting tried: {best['algo']} with '{best['setting']}' at {best['success']['mean']:.3f} held-out success "
-        f"({len(args.seeds)} seed(s)). Compare with GRPO's row in `grpo_vs_ppo.md` (same budget and task set). "
-        "A handful of settings is not a full search; single-seed differences of a few points are noise.",
-    ]
-    payload = {"settings": vars(args) | {"command": cmd}, "rows": rows, "runs": records}
-    finish("study_ppo_tuning", payload, "\n".join(lines), out_dir)
+    lines += ["", "## What this shows", ""]
+    known = [r for r in rows.values() if r["success"] is not None]
+    if known:
+        best = max(known, key=lambda r: r["success"]["mean"])
+        lines.append(
+            f"Best setting tried: {best['algo']} with '{best['setting']}' at {best['success']['mean']:.3f} held-out success "
+            f"({len(b.seeds)} seed(s)). Compare with GRPO's row in `grpo_vs_ppo.md` (same budget and task set). "
+            "A handful of settings is not a full search; single-seed differences of a few points are noise."
+        )
+    settings = {**cfg.settings(), "settings": list(cfg.options.settings), "out_dir": str(cfg.out_dir)}
+    payload = {"settings": settings, "rows": rows, "runs": runs.by_key()}
+    return payload, "\n".join(lines)
 
+
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    budgets=Tiered(full=Budget(300_000, (0,), 100), quick=Budget(60_000, (0,), 60), smoke=Budget(600, (0,), 4)),
+    algos=Tiered(full=("maskable_ppo", "ppo"), quick=("maskable_ppo", "ppo"), smoke=("maskable_ppo",)),
+    options=(
+        Option(
+            "--settings",
+            Tiered(full=list(SETTINGS), quick=list(SETTINGS), smoke=["shared (main benchmark)", "sb3 defaults"]),
+            "settings to try",
+            nargs="+",
+            choices=list(SETTINGS),
+        ),
+    ),  # fmt: skip
+    points=points,
+    summarise=summarise,
+)
+main = STUDY.main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,7 +7,7 @@ For each sentence-transformers model available locally (the default all-MiniLM-L
   lookup question is searched in that worker's retriever; a hit is the fact's (non-distractor) document among
   the top k. Also the fraction whose top-1 document is a near-duplicate distractor;
 - **task success** on held-out EDO-v0 tasks of the oracle, greedy router and static pipeline (optionally a
-  short-trained GRPO, ``--grpo-steps``);
+  short-trained GRPO, ``--timesteps``, 50k at the full tier);
 - **retrieval latency** p50/p99 (``benchmarks/env_throughput.retrieval_latency``: memoised hits, uncached
   searches with a known query vector, uncached queries that also run the embedder).
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,20 +41,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_lib import REPO, execute_run  # noqa: E402
-from benchmarks.study_common import (  # noqa: E402
-    command,
-    finish,
-    fmt_eval,
-    header,
-    heuristic_results,
-    mode_of,
-    pick,
-    pyplot,
-    resolve_common,
-    study_parser,
-    train_spec,
-)
+from benchmarks.bench_lib import REPO  # noqa: E402
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.summary import fmt_eval, header, heuristic_results, pyplot  # noqa: E402
 
 NAME = "study_retriever"
 HEURISTICS = ("oracle", "greedy_router", "static_pipeline")
@@ -141,30 +131,47 @@ def shard_recall(env: Any, max_queries: int | None) -> dict[str, Any]:
     return out
 
 
-def measure_model(model: str, args: Any, out_dir: Path) -> dict[str, Any]:
+def model_kwargs(model: str) -> dict[str, Any]:
+    return {} if model == "default" else {"retrieval_model": model}
+
+
+def model_id(model: str) -> str:
+    """A model's point id (file-name safe): ``"BAAI/bge-small-en-v1.5"`` -> ``"BAAI_bge-small-en-v1.5"``."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", model)
+
+
+def models_of(cfg: StudyConfig) -> list[str]:
+    return list(cfg.options.models or ["default", *local_sentence_transformers()])
+
+
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    """A short GRPO run per embedder (``--timesteps``; none at the quick and smoke tiers)."""
+    return {model_id(m): Point(env_kwargs=model_kwargs(m)) for m in models_of(cfg)}
+
+
+def measure_model(model: str, cfg: StudyConfig, runs: RunSet) -> dict[str, Any]:
     from baselines.evaluation import make_eval_env
     from benchmarks.env_throughput import retrieval_latency
 
-    kwargs = {} if model == "default" else {"retrieval_model": model}
-    env = make_eval_env("EDO-v0", **kwargs)
+    opts = cfg.options
+    env = make_eval_env("EDO-v0", **model_kwargs(model))
     try:
-        model_id = env.unwrapped.service.model_id
+        resolved_id = env.unwrapped.service.model_id
         print(f"[{model}] recall@k per shard ...", flush=True)
-        recall = shard_recall(env, args.max_queries)
-        print(f"[{model}] retrieval latency ({args.latency_queries} queries) ...", flush=True)
-        latency = retrieval_latency(env, args.latency_queries)
+        recall = shard_recall(env, opts.max_queries)
+        print(f"[{model}] retrieval latency ({opts.latency_queries} queries) ...", flush=True)
+        latency = retrieval_latency(env, opts.latency_queries)
     finally:
         env.close()
-    print(f"[{model}] heuristics on {args.eval_episodes} held-out tasks ...", flush=True)
-    heur = heuristic_results("EDO-v0", kwargs, list(HEURISTICS), args.eval_episodes)
+    print(f"[{model}] heuristics on {cfg.budget.eval_episodes} held-out tasks ...", flush=True)
+    heur = heuristic_results("EDO-v0", model_kwargs(model), HEURISTICS, cfg.budget.eval_episodes)
     grpo = None
-    if args.grpo_steps > 0:
-        print(f"[{model}] GRPO, {args.grpo_steps:,} steps ...", flush=True)
-        spec = train_spec("grpo", args.seeds[0], "EDO-v0", args.grpo_steps, args.eval_episodes, env_kwargs=kwargs)
-        rec = execute_run(spec, log_dir=out_dir / "logs" / NAME / model.replace("/", "_"))
-        grpo = {"success": rec["final"]["success"], "calls": rec["final"]["calls"], "seed": args.seeds[0],
+    recs = runs.seeds(model_id(model), "grpo")
+    if recs:
+        rec = recs[0]
+        grpo = {"success": rec["final"]["success"], "calls": rec["final"]["calls"], "seed": rec["spec"]["seed"],
                 "env_steps": rec["num_timesteps"], "wall_time_s": rec["wall_time_s"]}  # fmt: skip
-    return {"model_id": model_id, "recall": recall, "latency_ms": latency, "heuristics": heur, "grpo": grpo}
+    return {"model_id": resolved_id, "recall": recall, "latency_ms": latency, "heuristics": heur, "grpo": grpo}
 
 
 def measure_memory(workers: list[int]) -> list[dict[str, Any]]:
@@ -234,7 +241,8 @@ def markdown(settings: dict[str, Any], models: dict[str, Any], memory: list[dict
     return "\n".join(lines)
 
 
-def plot(models: dict[str, Any], memory: list[dict[str, Any]], path: Path) -> None:
+def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
+    models, memory = payload["models"], payload["memory"]
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     first = next(iter(models))
@@ -261,34 +269,20 @@ def plot(models: dict[str, Any], memory: list[dict[str, Any]], path: Path) -> No
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = study_parser(__doc__)
-    parser.add_argument("--models", nargs="+", default=None, help="embedders to measure (default: 'default' + local cache)")
-    parser.add_argument("--workers", type=int, nargs="+", default=None, help="worker counts for the memory measurement")
-    parser.add_argument("--max-queries", type=int, default=None, help="cap of recall queries per shard (default: all)")
-    parser.add_argument("--latency-queries", type=int, default=None)
-    parser.add_argument("--grpo-steps", type=int, default=None, help="train GRPO this many steps per model (0: skip)")
-    args = parser.parse_args(argv)
-    if args.grpo_steps is None and args.timesteps is not None:
-        args.grpo_steps = args.timesteps  # --timesteps is a synonym of --grpo-steps here
-    resolve_common(args, seeds=([0], [0], [0]), timesteps=(1, 1, 1), episodes=(200, 60, 3))
-    args.workers = args.workers or pick(args, list(range(1, 9)), [1, 4, 8], [1, 2])
-    args.max_queries = args.max_queries if args.max_queries is not None else pick(args, None, None, 10)
-    args.latency_queries = args.latency_queries or pick(args, 300, 300, 30)
-    args.grpo_steps = args.grpo_steps if args.grpo_steps is not None else pick(args, 50_000, 0, 0)
+def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    opts = cfg.options
     others = local_sentence_transformers()
-    models = args.models or ["default", *others]
-    out_dir = Path(args.out_dir)
-    settings = {"command": command("study_retriever.py", argv), "mode": mode_of(args), "models": models,
-                "hf_cache": str(hf_hub_dir()), "other_models_found": others, "workers": args.workers,
-                "max_queries_per_shard": args.max_queries, "latency_queries": args.latency_queries,
-                "eval_episodes": args.eval_episodes, "grpo_steps": args.grpo_steps, "seeds": args.seeds[:1]}  # fmt: skip
+    models = models_of(cfg)
     if not others:
         print(
             f"no sentence-transformers model besides the default in the local HF cache ({hf_hub_dir()}); measuring the default only"
         )
-    results = {m: measure_model(m, args, out_dir) for m in models}
-    memory = measure_memory(args.workers)
+    settings = {"command": cfg.command, "mode": cfg.tier, "models": models, "hf_cache": str(hf_hub_dir()),
+                "other_models_found": others, "workers": opts.workers, "max_queries_per_shard": opts.max_queries,
+                "latency_queries": opts.latency_queries, "eval_episodes": cfg.budget.eval_episodes,
+                "grpo_steps": cfg.budget.timesteps, "seeds": list(cfg.budget.seeds[:1])}  # fmt: skip
+    results = {m: measure_model(m, cfg, runs) for m in models}
+    memory = measure_memory(opts.workers)
     concl: dict[str, Any] = {"recall": {m: {w: r["recall@3"] for w, r in v["recall"].items()} for m, v in results.items()}}
     slopes = {}
     for mode in ("shared", "per_worker"):
@@ -296,16 +290,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if len(rows) >= 2:
             slopes[mode] = float(np.polyfit([r["workers"] for r in rows], [r["peak_rss_bytes"] / 2**20 for r in rows], 1)[0])
     concl["memory_per_extra_worker_mib"] = slopes if len(slopes) == 2 else None
-    top = max(args.workers)
+    top = max(opts.workers)
     by_mode = {r["mode"]: r["peak_rss_bytes"] for r in memory if r["workers"] == top}
     concl["per_worker_over_shared_at_max"] = [top, by_mode["per_worker"] / by_mode["shared"]] if len(by_mode) == 2 else None
-    md = markdown(settings, results, memory, concl)
     payload = {"settings": settings, "models": results, "hf_cache": settings["hf_cache"], "other_models_found": others,
                "memory": memory, "conclusion": concl}  # fmt: skip
-    plot(results, memory, out_dir / f"{NAME}.png")
-    finish(NAME, payload, md, out_dir)
-    return payload
+    return payload, markdown(settings, results, memory, concl)
 
+
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    # timesteps: the GRPO run per embedder; 0 = no training
+    budgets=Tiered(full=Budget(50_000, (0,), 200), quick=Budget(0, (0,), 60), smoke=Budget(0, (0,), 3)),
+    algos=Tiered(full=("grpo",), quick=("grpo",), smoke=("grpo",)),
+    options=(
+        Option("--models", None, "embedders to measure (default: 'default' + the local HF cache's)", nargs="+"),
+        Option(
+            "--workers",
+            Tiered(full=list(range(1, 9)), quick=[1, 4, 8], smoke=[1, 2]),
+            "worker counts for the memory measurement",
+            type=int,
+            nargs="+",
+        ),
+        Option(
+            "--max-queries",
+            Tiered(full=None, quick=None, smoke=10),
+            "cap of recall queries per shard (default: all)",
+            type=int,
+        ),
+        Option("--latency-queries", Tiered(full=300, quick=300, smoke=30), "retrieval latency queries", type=int),
+    ),
+    points=points,
+    summarise=summarise,
+    plot=plot,
+)
+main = STUDY.main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

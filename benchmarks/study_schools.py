@@ -36,22 +36,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.bench_lib import RunSpec  # noqa: E402
 from benchmarks.common import RESULTS_DIR  # noqa: E402
-from benchmarks.study_common import (  # noqa: E402
-    command,
-    finish,
-    header,
-    heuristic_results,
-    mode_of,
-    pyplot,
-    resolve_common,
-    run_all,
-    study_parser,
-    train_spec,
-)
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, train_spec  # noqa: E402
+from benchmarks.summary import header, heuristic_results, pyplot  # noqa: E402
 
 NAME = "study_schools"
 ALGOS = ("grpo", "ppo", "maskable_ppo")
+SOURCE = "grpo_vs_ppo"
 SCHOOLS = {
     "random": "random floor",
     "static_pipeline": "static pipeline",
@@ -61,6 +53,29 @@ SCHOOLS = {
     "ppo": "learned (RL)",
     "maskable_ppo": "learned (RL)",
 }
+
+
+def source_path(cfg: StudyConfig) -> Path | None:
+    """The ``grpo_vs_ppo.json`` to read learned policies from; None when they are trained here."""
+    if cfg.options.train:
+        return None
+    if cfg.options.from_results:
+        return Path(cfg.options.from_results)
+    if SOURCE in cfg.upstream:  # summarised just before this study, in the same invocation
+        return cfg.out_dir / f"{SOURCE}.json"
+    return next((p for p in (cfg.out_dir / f"{SOURCE}.json", RESULTS_DIR / f"{SOURCE}.json") if p.is_file()), None)
+
+
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    return {} if source_path(cfg) is not None else {"": Point(env_id=cfg.options.env)}
+
+
+def spec(cfg: StudyConfig, point: Point, algo: str, seed: int) -> RunSpec:
+    """As :func:`train_spec`, for ``--train-steps`` env steps when given."""
+    run = train_spec(cfg, point, algo, seed)
+    if cfg.options.train_steps:
+        run.total_timesteps, run.eval_every = cfg.options.train_steps, cfg.options.train_steps + 1
+    return run
 
 
 def learned_from_results(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -126,7 +141,7 @@ def markdown(settings: dict[str, Any], policies: dict[str, Any], front_tok: list
     lines += ["", "## What this shows", "",
               f"- Success/tokens Pareto front of the deployable policies (cheapest first): {', '.join(front_tok)}.",
               f"- Success/cost (reward units) Pareto front: {', '.join(front_cost)}."]  # fmt: skip
-    best = max((n for n in policies if n != "oracle"), key=lambda n: policies[n]["success"])
+    best = max((n for n in policies if n != "oracle"), key=lambda n: policies[n]["success"])  # heuristics always exist
     lines.append(f"- Highest success among deployable policies: {best} ({policies[best]['success']:.3f}); the oracle "
                  f"reaches {policies['oracle']['success']:.3f}.")  # fmt: skip
     if "greedy_router" in policies:
@@ -141,7 +156,8 @@ def markdown(settings: dict[str, Any], policies: dict[str, Any], front_tok: list
     return "\n".join(lines)
 
 
-def plot(settings: dict[str, Any], policies: dict[str, Any], path: Path) -> None:
+def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
+    settings, policies = payload["settings"], payload["policies"]
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for ax, key, label in (
@@ -162,41 +178,25 @@ def plot(settings: dict[str, Any], policies: dict[str, Any], path: Path) -> None
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = study_parser(__doc__)
-    parser.add_argument("--from-results", default=None, help="grpo_vs_ppo.json to read learned policies from")
-    parser.add_argument("--train", action="store_true", help="train the learned policies here even if the file exists")
-    parser.add_argument("--train-steps", type=int, default=None, help="env steps per learned run when training here")
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
-    parser.add_argument("--env", default="EDO-v0")
-    args = parser.parse_args(argv)
-    eval_episodes_given = args.eval_episodes is not None
-    resolve_common(args, seeds=([0, 1, 2], [0], [0]), timesteps=(100_000, 20_000, 300), episodes=(200, 60, 3))
-    out_dir = Path(args.out_dir)
-    steps = args.train_steps or args.timesteps
-    candidates = (
-        [Path(args.from_results)] if args.from_results else [out_dir / "grpo_vs_ppo.json", RESULTS_DIR / "grpo_vs_ppo.json"]
-    )
-    source_path = next((p for p in candidates if p.is_file()), None)
-    env_id, episodes = args.env, args.eval_episodes
+def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    source_file = source_path(cfg)
+    env_id, episodes = cfg.options.env, cfg.budget.eval_episodes
     learned: dict[str, Any] = {}
-    trained_here = source_path is None or args.train
-    if not trained_here:
-        learned, gsettings = learned_from_results(source_path)
-        learned = {a: v for a, v in learned.items() if a in args.algos}
+    if source_file is not None:
+        learned, gsettings = learned_from_results(source_file)
+        learned = {a: v for a, v in learned.items() if a in cfg.algos}
         env_id = gsettings.get("env", env_id)
-        if not eval_episodes_given:
+        if "eval_episodes" not in cfg.given:
             episodes = int(gsettings.get("eval_episodes", episodes))  # the same held-out tasks as those runs
-        source = f"final evaluation of the runs in `{source_path}` (mean over seeds)"
+        source = f"final evaluation of the runs in `{source_file}` (mean over seeds)"
     else:
-        specs = [(f"{a}-s{s}", train_spec(a, s, env_id, steps, episodes)) for s in args.seeds for a in args.algos]
-        records = run_all(specs, out_dir, NAME)
-        for a in args.algos:
-            recs = [records[f"{a}-s{s}"] for s in args.seeds]
-            learned[a] = _mean_point(
-                [r["final"] for r in recs], args.seeds, int(np.median([r["num_timesteps"] for r in recs]))
-            )
-        source = f"trained here, {steps:,} env steps x seeds {args.seeds}"
+        for a in cfg.algos:
+            recs = runs.seeds("", a)
+            if recs:
+                learned[a] = _mean_point([r["final"] for r in recs], [r["spec"]["seed"] for r in recs],
+                                         int(np.median([r["num_timesteps"] for r in recs])))  # fmt: skip
+        steps = runs.planned[0].spec.total_timesteps if runs.planned else cfg.budget.timesteps
+        source = f"trained here, {steps:,} env steps x seeds {list(cfg.budget.seeds)}"
     print(f"heuristics on {episodes} held-out {env_id} tasks ...", flush=True)
     heur = heuristic_results(env_id, {}, ["random", "static_pipeline", "greedy_router", "oracle"], episodes)
     policies: dict[str, Any] = {}
@@ -208,20 +208,37 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for p in policies.values():
         p["cost_reward_units"] = p["success"] - p["return"]
     front_tok, front_cost = pareto(policies, "tokens"), pareto(policies, "cost_reward_units")
-    settings = {"command": command("study_schools.py", argv), "mode": mode_of(args), "env_id": env_id, "eval_episodes": episodes,
-                "source": source, "source_path": None if trained_here else str(source_path), "algos": list(learned),
-                "seeds": args.seeds if trained_here else None, "train_steps": steps if trained_here else None}  # fmt: skip
+    trained_here = source_file is None
+    settings = {"command": cfg.command, "mode": cfg.tier, "env_id": env_id, "eval_episodes": episodes, "source": source,
+                "source_path": None if trained_here else str(source_file), "algos": list(learned),
+                "seeds": list(cfg.budget.seeds) if trained_here else None,
+                "train_steps": (cfg.options.train_steps or cfg.budget.timesteps) if trained_here else None}  # fmt: skip
     deployable = [n for n in policies if n != "oracle"]
     concl = {"pareto_tokens": front_tok, "pareto_cost": front_cost,
              "best_deployable": max(deployable, key=lambda n: policies[n]["success"]),
              "collapsed_learned": [a for a in learned if policies[a]["calls"] < 0.5]}  # fmt: skip
-    md = markdown(settings, policies, front_tok, front_cost)
     payload = {"settings": settings, "source": source, "policies": policies, "pareto_tokens": front_tok, "pareto_cost": front_cost,
                "conclusion": concl}  # fmt: skip
-    plot(settings, policies, out_dir / f"{NAME}.png")
-    finish(NAME, payload, md, out_dir)
-    return payload
+    return payload, markdown(settings, policies, front_tok, front_cost)
 
+
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    budgets=Tiered(full=Budget(100_000, (0, 1, 2), 200), quick=Budget(20_000, (0,), 60), smoke=Budget(300, (0,), 3)),
+    algos=Tiered(full=ALGOS, quick=ALGOS, smoke=ALGOS),
+    options=(
+        Option("--from-results", None, f"{SOURCE}.json to read learned policies from"),
+        Option("--train", store_true=True, help=f"train the learned policies here even if {SOURCE}.json exists"),
+        Option("--train-steps", None, "env steps per learned run when training here (a synonym of --timesteps)", type=int),
+        Option("--env", "EDO-v0", "env id"),
+    ),
+    points=points,
+    spec=spec,
+    summarise=summarise,
+    plot=plot,
+)
+main = STUDY.main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -28,21 +28,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.study_common import (  # noqa: E402
-    command,
-    finish,
+from benchmarks.study import Budget, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.summary import (  # noqa: E402
+    difference,
+    finite_mean,
     fmt_eval,
+    fmt_signed,
     fmt_stats,
     header,
     heuristic_results,
-    mode_of,
-    pick,
     pyplot,
-    resolve_common,
-    run_all,
     seed_stats,
-    study_parser,
-    train_spec,
+    stat_mean,
 )
 
 NAME = "study_transfer"
@@ -53,6 +50,11 @@ HEURISTICS = ("oracle", "greedy_router")
 
 def short(env_id: str) -> str:
     return env_id.removeprefix("EDO-").removesuffix("-v0")
+
+
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    """One point per training family; the final model is also evaluated on the other families."""
+    return {short(tr): Point(env_id=tr, extra_eval=tuple((ev, {}) for ev in FAMILY_ENVS if ev != tr)) for tr in FAMILY_ENVS}
 
 
 def success_on(record: dict[str, Any], env_id: str) -> dict[str, Any]:
@@ -88,12 +90,12 @@ def markdown(settings: dict[str, Any], matrix: dict[str, Any], heur: dict[str, A
         lines.append(f"| {name} | " + " | ".join(fmt_eval(heur[e][name]) for e in envs) + " |")
     lines += ["", "## What this shows", ""]
     for algo, per_env in gaps.items():
-        parts = [f"{short(e)} {v:+.3f}" for e, v in per_env.items()]
+        parts = [f"{short(e)} {fmt_signed(v)}" for e, v in per_env.items()]
         lines.append(f"- {algo}: mean success of the models trained on another family minus the model trained on the "
                      f"family itself, per evaluation family: {', '.join(parts)} (negative = transfer loses).")  # fmt: skip
-        diag = [matrix[algo][e][e]["mean"] for e in envs]
+        diag = [fmt_stats(matrix[algo][e][e]) for e in envs]
         lines.append(
-            f"- {algo}: in-family (diagonal) success {', '.join(f'{short(e)} {d:.3f}' for e, d in zip(envs, diag, strict=True))}."
+            f"- {algo}: in-family (diagonal) success {', '.join(f'{short(e)} {d}' for e, d in zip(envs, diag, strict=True))}."
         )
     if len(settings["seeds"]) < 2:
         lines.append("- One seed per cell: differences of a few tasks out of "
@@ -101,17 +103,46 @@ def markdown(settings: dict[str, Any], matrix: dict[str, Any], heur: dict[str, A
     return "\n".join(lines)
 
 
-def plot(settings: dict[str, Any], matrix: dict[str, Any], path: Path) -> None:
+def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    envs = list(FAMILY_ENVS)
+    settings = {**cfg.settings(), "envs": envs}
+    matrix = {
+        algo: {tr: {ev: seed_stats([success_on(r, ev)["success"] for r in runs.seeds(short(tr), algo)]) for ev in envs}
+               for tr in envs}
+        for algo in cfg.algos
+    }  # fmt: skip
+    gaps = {
+        algo: {ev: difference(finite_mean([stat_mean(matrix[algo][tr][ev]) for tr in envs if tr != ev]), stat_mean(matrix[algo][ev][ev]))
+               for ev in envs}
+        for algo in cfg.algos
+    }  # fmt: skip
+    print("heuristic references ...", flush=True)
+    heur = {ev: heuristic_results(ev, {}, HEURISTICS, cfg.budget.eval_episodes) for ev in envs}
+    concl = {
+        algo: {"mean_transfer_gap": finite_mean(list(gaps[algo].values())),
+               "diagonal_success": {ev: stat_mean(matrix[algo][ev][ev]) for ev in envs}}
+        for algo in cfg.algos
+    }  # fmt: skip
+    payload = {"settings": settings, "matrix": matrix, "heuristics": heur, "transfer_gap": gaps, "conclusion": concl,
+               "runs": runs.by_key()}  # fmt: skip
+    return payload, markdown(settings, matrix, heur, gaps)
+
+
+def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
+    settings, matrix = payload["settings"], payload["matrix"]
     plt = pyplot()
     envs = settings["envs"]
     algos = list(matrix)
     fig, axes = plt.subplots(1, len(algos), figsize=(4.8 * len(algos), 4.2), squeeze=False)
     for ax, algo in zip(axes[0], algos, strict=True):
-        grid = np.array([[matrix[algo][tr][ev]["mean"] for ev in envs] for tr in envs])
+        grid = np.array(
+            [[np.nan if matrix[algo][tr][ev] is None else matrix[algo][tr][ev]["mean"] for ev in envs] for tr in envs]
+        )
         im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
         for i in range(len(envs)):
             for j in range(len(envs)):
-                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", color="w" if grid[i, j] < 0.6 else "k")
+                text = "missing" if np.isnan(grid[i, j]) else f"{grid[i, j]:.2f}"
+                ax.text(j, i, text, ha="center", va="center", color="w" if not grid[i, j] >= 0.6 else "k")
         ax.set_xticks(range(len(envs)), [short(e) for e in envs])
         ax.set_yticks(range(len(envs)), [short(e) for e in envs])
         ax.set_xlabel("evaluated on")
@@ -124,59 +155,16 @@ def plot(settings: dict[str, Any], matrix: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = study_parser(__doc__)
-    parser.add_argument("--algos", nargs="+", default=None, choices=ALGOS)
-    args = parser.parse_args(argv)
-    resolve_common(args, seeds=([0, 1, 2], [0], [0]), timesteps=(150_000, 15_000, 300), episodes=(200, 60, 3))
-    algos = args.algos or pick(args, ["grpo", "ppo"], ["grpo"], ["grpo"])
-    envs = list(FAMILY_ENVS)
-    out_dir = Path(args.out_dir)
-    settings = {"command": command("study_transfer.py", argv), "mode": mode_of(args), "algos": algos, "envs": envs,
-                "seeds": args.seeds, "timesteps": args.timesteps, "eval_episodes": args.eval_episodes}  # fmt: skip
-
-    specs = []
-    for tr in envs:
-        for seed in args.seeds:
-            for algo in algos:
-                extra = [(ev, {}) for ev in envs if ev != tr]
-                specs.append(
-                    (
-                        f"{short(tr)}-{algo}-s{seed}",
-                        train_spec(algo, seed, tr, args.timesteps, args.eval_episodes, extra_eval=extra),
-                    )
-                )
-    records = run_all(specs, out_dir, NAME)
-    matrix = {
-        algo: {tr: {ev: seed_stats([success_on(records[f"{short(tr)}-{algo}-s{s}"], ev)["success"] for s in args.seeds])
-                    for ev in envs} for tr in envs}
-        for algo in algos
-    }  # fmt: skip
-    gaps = {
-        algo: {ev: float(np.mean([matrix[algo][tr][ev]["mean"] for tr in envs if tr != ev]) - matrix[algo][ev][ev]["mean"])
-               for ev in envs}
-        for algo in algos
-    }  # fmt: skip
-    print("heuristic references ...", flush=True)
-    heur = {ev: heuristic_results(ev, {}, list(HEURISTICS), args.eval_episodes) for ev in envs}
-    concl = {
-        algo: {"mean_transfer_gap": float(np.mean(list(gaps[algo].values()))),
-               "diagonal_success": {ev: matrix[algo][ev][ev]["mean"] for ev in envs}}
-        for algo in algos
-    }  # fmt: skip
-    md = markdown(settings, matrix, heur, gaps)
-    payload = {
-        "settings": settings,
-        "matrix": matrix,
-        "heuristics": heur,
-        "transfer_gap": gaps,
-        "conclusion": concl,
-        "runs": records,
-    }
-    plot(settings, matrix, out_dir / f"{NAME}.png")
-    finish(NAME, payload, md, out_dir)
-    return payload
-
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    budgets=Tiered(full=Budget(150_000, (0, 1, 2), 200), quick=Budget(15_000, (0,), 60), smoke=Budget(300, (0,), 3)),
+    algos=Tiered(full=("grpo", "ppo"), quick=("grpo",), smoke=("grpo",)),
+    points=points,
+    summarise=summarise,
+    plot=plot,
+)
+main = STUDY.main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

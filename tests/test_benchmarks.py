@@ -1,31 +1,53 @@
-"""Smoke tests of the benchmark suite (benchmarks/run_suite.py, benchmarks/study_*.py) on tiny budgets.
+"""The benchmark package: declaring studies, the resumable runner, serial and Ray execution, and smoke runs of the
+studies (``benchmarks/``).
 
-The fast tests run one study each in a subprocess with ``--tiny`` budgets into ``tmp_path`` and check that the
-result files exist and carry the documented keys; the whole tiny suite is ``@pytest.mark.slow``.
+Fast tests drive the runner in-process with a toy study and a fake executor (no training), or run one study at
+the smoke tier in a subprocess. Tests that run several real trainings, or start Ray, are ``@pytest.mark.slow``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from benchmarks.bench_lib import RunSpec
-from benchmarks.run_suite import COMMON_KEYS, RESULT_KEYS, SCRIPTS, script_command
+from benchmarks import executors
+from benchmarks.bench_lib import RunSpec, run_subprocess
+from benchmarks.run_suite import COMMON_KEYS, RESULT_KEYS, SCRIPTS, load_study, script_command
+from benchmarks.study import (
+    Budget,
+    Execution,
+    PlannedRun,
+    Point,
+    RunSet,
+    Study,
+    StudyConfig,
+    Tiered,
+    execution_of,
+    run_studies,
+)
 
 REPO = Path(__file__).resolve().parent.parent
+#: Keys whose values are measurements of the machine (times, memory) or of the invocation, not results.
+VOLATILE = {"command", "date_utc", "machine", "versions", "wall_time_s", "rollout_s", "update_s", "eval_s", "train_time_s",
+            "peak_rss_bytes", "cuda_peak_bytes", "rollout_time_s", "update_time_s", "time_to_target_s", "grpo_over_ppo",
+            "targets", "source", "source_path", "out_dir", "latency_ms", "memory", "wall_time_over_base"}  # fmt: skip
 
 
-def run_script(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+def run_script(args: list[str], timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
     proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{args} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    if check:
+        assert proc.returncode == 0, f"{args} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
 
@@ -39,12 +61,227 @@ def check_result(out_dir: Path, name: str) -> dict:
     return data
 
 
+def strip_volatile(obj: Any) -> Any:
+    """``obj`` without the machine's measurements (times, memory) and invocation details (command, out dir)."""
+    if isinstance(obj, dict):
+        return {k: strip_volatile(v) for k, v in obj.items() if k not in VOLATILE}
+    if isinstance(obj, list):
+        return [strip_volatile(v) for v in obj]
+    return obj
+
+
+# -- a toy study and a fake executor: the runner's bookkeeping without training ---------------------------------------
+def toy_summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    success = {k: r["final"]["success"] for k, r in runs.by_key().items()}
+    return {"settings": cfg.settings(), "success": success}, "# toy\n\n" + "\n".join(f"- {k}: {v}" for k, v in success.items())
+
+
+TOY = Study(
+    name="toy",
+    doc=None,
+    budgets=Tiered(full=Budget(1000, (0, 1), 2), quick=Budget(100, (0, 1), 2), smoke=Budget(10, (0, 1), 2)),
+    algos=Tiered(full=("grpo", "ppo"), quick=("grpo", "ppo"), smoke=("grpo", "ppo")),
+    points=lambda cfg: {"a": Point(), "b": Point(env_kwargs={"planner_error_rate": 0.5})},
+    summarise=toy_summarise,
+)
+TOY_KEYS = ["a-grpo-s0", "a-ppo-s0", "b-grpo-s0", "b-ppo-s0", "a-grpo-s1", "a-ppo-s1", "b-grpo-s1", "b-ppo-s1"]
+
+
+def toy_config(out_dir: Path, *flags: str) -> StudyConfig:
+    argv = ["--smoke", "--out-dir", str(out_dir), *flags]
+    return TOY.configure(TOY.parser().parse_args(argv), argv)
+
+
+def fake_record(spec: RunSpec) -> dict[str, Any]:
+    """A run record as ``run_in_process`` returns it, with a success that identifies the run."""
+    success = (spec.seed + 1) / 10 + (0.5 if spec.algo == "ppo" else 0.0)
+    final = {
+        "env_steps": spec.total_timesteps,
+        "success": success,
+        "return": success,
+        "tokens": 1.0,
+        "calls": 1.0,
+        "latency_s": 1.0,
+    }
+    return {"spec": asdict(spec), "num_timesteps": spec.total_timesteps, "wall_time_s": 0.1, "final": final, "curve": [final],
+            "grpo_stats": None}  # fmt: skip
+
+
+def fake_executor(executed: list[str], stop_after: int | None = None):
+    """Runs by fabricating their records; raises KeyboardInterrupt (as Ctrl-C would) after ``stop_after`` runs."""
+
+    def execute(runs, execution, on_success, on_failure):  # noqa: ANN001, ANN202 - the executor signature
+        for run in runs:
+            if stop_after is not None and len(executed) == stop_after:
+                raise KeyboardInterrupt
+            executed.append(run.key)
+            on_success(run, {"ok": True, "record": fake_record(run.spec), "log": "", "host": "test", "seconds": 0.0}, 1)
+
+    return execute
+
+
+def test_plan_is_the_grid_seed_by_seed_with_unique_keys(tmp_path):
+    cfg = toy_config(tmp_path)
+    plan = TOY.plan(cfg)
+    assert [r.key for r in plan] == TOY_KEYS
+    assert {(r.point, r.algo, r.seed) for r in plan} == {(p, a, s) for p in "ab" for a in ("grpo", "ppo") for s in (0, 1)}
+    assert all(r.spec.total_timesteps == 10 and r.spec.eval_episodes == 2 and r.spec.seed == r.seed for r in plan)
+    assert plan[2].spec.env_kwargs == {"planner_error_rate": 0.5}
+
+
+def test_tier_defaults_and_overrides(tmp_path):
+    quick = TOY.configure(TOY.parser().parse_args(["--quick"]), ["--quick"])
+    assert quick.tier == "quick" and quick.budget == Budget(100, (0, 1), 2)
+    cfg = toy_config(tmp_path, "--seeds", "3", "--timesteps", "7", "--algos", "ppo")
+    assert cfg.budget == Budget(7, (3,), 2) and cfg.algos == ("ppo",)
+    assert cfg.given == ("seeds", "timesteps", "algos")
+    assert [r.key for r in TOY.plan(cfg)] == ["a-ppo-s3", "b-ppo-s3"]
+    with pytest.raises(SystemExit, match="unknown algorithm"):
+        toy_config(tmp_path, "--algos", "dqn")
+
+
+def test_runner_writes_one_record_per_run_and_skips_finished_runs(tmp_path):
+    executed: list[str] = []
+    [outcome] = run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor(executed))
+    assert outcome.ok and executed == TOY_KEYS
+    files = sorted(p.name for p in (tmp_path / "records" / "toy").iterdir())
+    assert files == sorted(f"{k}.json" for k in TOY_KEYS)
+    stored = json.loads((tmp_path / "records" / "toy" / "b-ppo-s1.json").read_text())
+    assert stored["spec"]["env_kwargs"] == {"planner_error_rate": 0.5} and stored["provenance"]["attempts"] == 1
+    again: list[str] = []
+    [outcome] = run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor(again))
+    assert again == [] and outcome.executed == 0 and outcome.ok
+    data = json.loads((tmp_path / "toy.json").read_text())
+    assert data["completeness"] == {"planned": 8, "finished": 8, "missing": [], "failed": {}}
+    assert data["success"]["b-ppo-s1"] == pytest.approx(0.7)
+
+
+def test_runner_resumes_after_an_interrupted_suite(tmp_path):
+    executed: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor(executed, stop_after=3))
+    records = tmp_path / "records" / "toy"
+    assert sorted(p.name for p in records.iterdir()) == sorted(f"{k}.json" for k in TOY_KEYS[:3])  # no partial file
+    resumed: list[str] = []
+    [outcome] = run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor(resumed))
+    assert resumed == TOY_KEYS[3:] and outcome.ok
+    uninterrupted = tmp_path / "once"
+    run_studies([(TOY, toy_config(uninterrupted))], Execution(), executor=fake_executor([]))
+    assert strip_volatile(json.loads((tmp_path / "toy.json").read_text())) == strip_volatile(
+        json.loads((uninterrupted / "toy.json").read_text())
+    )
+
+
+def test_record_written_for_another_spec_is_stale_and_rerun(tmp_path):
+    run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor([]))
+    rerun: list[str] = []
+    run_studies([(TOY, toy_config(tmp_path, "--timesteps", "20"))], Execution(), executor=fake_executor(rerun))
+    assert rerun == TOY_KEYS  # another budget: nothing reused
+    (tmp_path / "records" / "toy" / "a-grpo-s0.json").write_text("{truncated")  # a damaged file counts as missing
+    again: list[str] = []
+    run_studies([(TOY, toy_config(tmp_path, "--timesteps", "20"))], Execution(), executor=fake_executor(again))
+    assert again == ["a-grpo-s0"]
+
+
+def test_partial_suite_is_summarised_and_names_its_missing_runs(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor([], stop_after=3))
+    none: list[str] = []
+    [outcome] = run_studies([(TOY, toy_config(tmp_path))], Execution(summarise_only=True), executor=fake_executor(none))
+    assert none == [] and not outcome.ok
+    data = json.loads((tmp_path / "toy.json").read_text())
+    assert data["completeness"]["finished"] == 3 and data["completeness"]["missing"] == TOY_KEYS[3:]
+    assert sorted(data["success"]) == sorted(TOY_KEYS[:3])
+    md = (tmp_path / "toy.md").read_text()
+    assert "Partial results: 5 of 8 planned runs are missing" in md and "b-ppo-s1" in md
+
+
+def test_failed_run_is_retried_once_then_reported(tmp_path, monkeypatch):
+    attempts: dict[str, int] = {}
+
+    def flaky(spec: dict[str, Any]) -> dict[str, Any]:
+        key = f"{'a' if not spec['env_kwargs'] else 'b'}-{spec['algo']}-s{spec['seed']}"
+        attempts[key] = attempts.get(key, 0) + 1
+        broken = key == "b-ppo-s0" or (key == "a-grpo-s1" and attempts[key] == 1)  # always / only the first time
+        if broken:
+            return {
+                "ok": False,
+                "record": None,
+                "error": f"exit 1: boom in {key}",
+                "log": "trace",
+                "host": "h",
+                "seconds": 0.0,
+            }
+        return {"ok": True, "record": fake_record(RunSpec(**spec)), "error": None, "log": "", "host": "h", "seconds": 0.0}
+
+    monkeypatch.setattr(executors, "run_spec_dict", flaky)
+    [outcome] = run_studies([(TOY, toy_config(tmp_path))], Execution())
+    assert attempts["b-ppo-s0"] == 2 and attempts["a-grpo-s1"] == 2 and attempts["a-grpo-s0"] == 1
+    assert not outcome.ok and list(outcome.runs.failed) == ["b-ppo-s0"]
+    data = json.loads((tmp_path / "toy.json").read_text())
+    assert data["completeness"]["missing"] == ["b-ppo-s0"] and "boom in b-ppo-s0" in data["completeness"]["failed"]["b-ppo-s0"]
+    assert "failed twice: b-ppo-s0" in (tmp_path / "toy.md").read_text()
+    assert json.loads((tmp_path / "records" / "toy" / "a-grpo-s1.json").read_text())["provenance"]["attempts"] == 2
+    assert (tmp_path / "logs" / "toy" / "b-ppo-s0.log").read_text().strip() == "trace"
+
+    def healthy(spec: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "record": fake_record(RunSpec(**spec)), "error": None, "log": "", "host": "h", "seconds": 0.0}
+
+    monkeypatch.setattr(executors, "run_spec_dict", healthy)
+    [outcome] = run_studies([(TOY, toy_config(tmp_path))], Execution())
+    assert outcome.ok and outcome.executed == 1  # a reported failure is run again by the next invocation
+
+
+def test_a_real_failing_run_reports_its_error():
+    outcome = run_subprocess(RunSpec(algo="grpo", seed=0, env_id="EDO-NoSuchEnv-v0", total_timesteps=10))
+    assert not outcome["ok"] and outcome["record"] is None
+    assert "EDO-NoSuchEnv" in outcome["error"] and outcome["error"].startswith("exit 1")
+
+
+def test_ray_is_optional_and_its_absence_is_explained(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    args = argparse.Namespace(ray=True, ray_address=None, ray_workers=None, summarise_only=False)
+    with pytest.raises(SystemExit, match=r'pip install "edo-gym\[ray\]"'):
+        execution_of(args)
+    assert not execution_of(argparse.Namespace(ray=False, ray_address=None, ray_workers=None, summarise_only=False)).ray
+    code = "import sys, benchmarks.run_suite, benchmarks.study, benchmarks.executors; print('ray' in sys.modules)"
+    assert run_script(["-c", code]).stdout.strip() == "False"  # importing the runner does not import Ray
+
+
 def test_runspec_backwards_compatible_and_json_round_trip():
     old = RunSpec(**{"algo": "grpo", "seed": 0, "env_id": "EDO-v0", "total_timesteps": 10})  # an old-style spec
-    assert old.extra_eval == [] and old.save_model_path is None and old.eval_at_start
-    spec = RunSpec(algo="ppo", seed=1, extra_eval=[("EDO-Support-v0", {})], save_model_path="/tmp/x.zip", eval_at_start=False)
+    assert old.extra_eval == [] and old.save_model_path is None and old.eval_at_start and old.eval_on == "test"
+    spec = RunSpec(algo="ppo", seed=1, extra_eval=[("EDO-Support-v0", {})], save_model_path="/tmp/x.zip", eval_at_start=False,
+                   eval_on="validation")  # fmt: skip
     again = RunSpec(**json.loads(json.dumps(asdict(spec))))
     assert again.extra_eval[0][0] == "EDO-Support-v0" and again.save_model_path == "/tmp/x.zip" and not again.eval_at_start
+    assert again.eval_on == "validation"
+    with pytest.raises(ValueError, match="eval_on"):
+        RunSpec(algo="ppo", seed=0, eval_on="train")
+
+
+def test_validation_tasks_are_the_last_heldout_tasks_disjoint_from_the_test_ones():
+    from baselines.evaluation import heldout_task_ids, make_eval_env
+    from benchmarks.bench_lib import eval_task_ids
+
+    env = make_eval_env("EDO-v0")
+    try:
+        test, validation = eval_task_ids(env, 100), eval_task_ids(env, 100, "validation")
+        assert test == heldout_task_ids(env, 100) and len(validation) == 100
+        assert validation[-1] == heldout_task_ids(env)[-1] and not set(test) & set(validation)
+    finally:
+        env.close()
+
+
+def test_every_suite_study_is_declared_with_three_tiers():
+    for name in SCRIPTS:
+        study = load_study(name)
+        assert study.name == name and (REPO / "benchmarks" / f"{name}.py").is_file()
+        budgets = [study.budgets[t] for t in ("smoke", "quick", "full")]
+        assert [b.timesteps for b in budgets] == sorted(b.timesteps for b in budgets), f"{name}: tiers not increasing"
 
 
 def test_suite_dry_run_lists_every_script(tmp_path):
@@ -52,14 +289,14 @@ def test_suite_dry_run_lists_every_script(tmp_path):
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == len(SCRIPTS)
     for name, line in zip(SCRIPTS, lines, strict=True):
-        assert f"{name}.py" in line and str(tmp_path) in line
-        assert (REPO / "benchmarks" / f"{name}.py").is_file()
+        assert f"{name}.py" in line and str(tmp_path) in line and "--smoke" in line
     assert lines[-1].split()[1].endswith("study_schools.py")  # last: it reads grpo_vs_ppo.json
+    assert "grpo_vs_ppo: 2 runs, 0 finished" in proc.stderr
     assert "--quick" in script_command("study_horizon", "quick", tmp_path)
-    assert "40000" in script_command("grpo_vs_ppo", "quick", tmp_path)
+    assert "--quick" not in script_command("grpo_vs_ppo", "full", tmp_path)
 
 
-def test_study_schools_tiny_reads_grpo_vs_ppo_results(tmp_path):
+def test_study_schools_smoke_reads_grpo_vs_ppo_results(tmp_path):
     fake = {
         "settings": {"env": "EDO-v0", "eval_episodes": 3},
         "runs": {"grpo": [{"spec": {"seed": s}, "num_timesteps": 1000,
@@ -72,37 +309,133 @@ def test_study_schools_tiny_reads_grpo_vs_ppo_results(tmp_path):
     assert set(data["policies"]) == {"random", "static_pipeline", "greedy_router", "oracle", "grpo"}
     assert data["policies"]["grpo"]["learned"] and data["policies"]["grpo"]["success"] == 0.5
     assert data["settings"]["eval_episodes"] == 3 and data["settings"]["source_path"] is not None
+    assert data["completeness"]["planned"] == 0
     assert (tmp_path / "study_schools.png").is_file()
 
 
-def test_study_horizon_tiny_one_run(tmp_path):
-    run_script(["benchmarks/study_horizon.py", "--tiny", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
+def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
+    run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_horizon")
     cell = data["results"]["2"]
     assert set(cell["heuristics"]) == {"oracle", "greedy_router", "static_pipeline", "random"}
     assert 0.0 <= cell["algos"]["grpo"]["success"]["mean"] <= 1.0
     run = data["runs"]["h2-grpo-s0"]
     assert run["grpo_stats"], "GRPO group statistics were not recorded"
-    assert run["batch_position"] == 0  # studies without timing comparisons run in one batch subprocess
     assert {"dropped_group_fraction", "all_fail_fraction"} <= set(run["grpo_stats"][0])
+    stored = json.loads((tmp_path / "records" / "study_horizon" / "h2-grpo-s0.json").read_text())
+    assert stored["record"] == run and stored["spec"]["env_kwargs"]["tasks"]["min_hops"] == 2
     assert (tmp_path / "study_horizon.png").is_file()
+    proc = run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
+    assert "1 finished before, 0 to run" in proc.stdout
 
 
-@pytest.mark.slow
-def test_tiny_suite_end_to_end(tmp_path):
-    run_script(["benchmarks/run_suite.py", "--tiny", "--out-dir", str(tmp_path)], timeout=1800)
-    for name in (*SCRIPTS, "suite"):
-        check_result(tmp_path, name)
-    suite = json.loads((tmp_path / "suite.json").read_text())
-    assert suite["failed"] == [] and [r["script"] for r in suite["scripts"]] == list(SCRIPTS)
-    schools = json.loads((tmp_path / "study_schools.json").read_text())
-    assert schools["settings"]["source_path"] == str(tmp_path / "grpo_vs_ppo.json")  # read the suite's own results
-
-
-def test_study_ppo_tuning_tiny_one_setting(tmp_path):
-    run_script(["benchmarks/study_ppo_tuning.py", "--tiny", "--algos", "maskable_ppo", "--settings", "sb3 defaults",
+def test_study_ppo_tuning_smoke_one_setting(tmp_path):
+    run_script(["benchmarks/study_ppo_tuning.py", "--smoke", "--algos", "maskable_ppo", "--settings", "sb3 defaults",
                 "--out-dir", str(tmp_path)])  # fmt: skip
     data = check_result(tmp_path, "study_ppo_tuning")
     (row,) = data["rows"].values()
     assert row["algo"] == "maskable_ppo" and row["overrides"]["n_epochs"] == 10
     assert 0.0 <= row["success"]["mean"] <= 1.0
+
+
+@pytest.mark.slow
+def test_smoke_suite_end_to_end(tmp_path):
+    run_script(["benchmarks/run_suite.py", "--smoke", "--out-dir", str(tmp_path)], timeout=1800)
+    for name in (*SCRIPTS, "suite"):
+        check_result(tmp_path, name)
+    suite = json.loads((tmp_path / "suite.json").read_text())
+    assert suite["failed"] == [] and [r["script"] for r in suite["scripts"]] == list(SCRIPTS)
+    assert suite["runs"]["missing"] == 0 and suite["runs"]["executed"] == suite["runs"]["planned"] > 0
+    schools = json.loads((tmp_path / "study_schools.json").read_text())
+    assert schools["settings"]["source_path"] == str(tmp_path / "grpo_vs_ppo.json")  # read the suite's own results
+
+
+def assert_same_results(a: Any, b: Any, path: str = "") -> None:
+    """``a == b`` over nested JSON, floats to 1e-5 relative (GRPO's float32 group statistics differ in the last bits
+    between processes), skipping measurements of the machine (``VOLATILE``) and the heuristic references."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert set(a) == set(b), f"{path}: keys differ: {sorted(set(a) ^ set(b))}"
+        for key in a:
+            if key not in VOLATILE and key != "heuristics":
+                assert_same_results(a[key], b[key], f"{path}/{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{path}: lengths differ"
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_results(x, y, f"{path}[{k}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-7), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def table_shape(markdown: str) -> list[str]:
+    """The Markdown without its numbers: rows, columns and labels."""
+    return [re.sub(r"[-+]?\d[\d,.]*", "#", line) for line in markdown.splitlines() if not line.startswith("Machine:")]
+
+
+@pytest.mark.slow
+def test_serial_and_ray_runs_give_identical_results(tmp_path):
+    """The same runs, records and summaries from the serial runner and from Ray tasks.
+
+    Heuristic references are left out of the value comparison: the driver computes them, not the executor, and
+    EDO's chromadb retrieval is currently not deterministic across processes (static_pipeline on 3 held-out 4-hop
+    tasks: 580.3 or 587.0 tokens per episode from one process to the next; exact search gives 580.3 every time).
+    """
+    pytest.importorskip("ray")
+    names = ["grpo_vs_ppo", "study_horizon"]
+    serial, ray = tmp_path / "serial", tmp_path / "ray"
+    run_script(["benchmarks/run_suite.py", "--smoke", "--only", *names, "--out-dir", str(serial)], timeout=900)
+    run_script(["benchmarks/run_suite.py", "--smoke", "--only", *names, "--out-dir", str(ray), "--ray", "--ray-workers", "2"],
+               timeout=900)  # fmt: skip
+    for name in names:
+        assert_same_results(check_result(serial, name), check_result(ray, name), name)
+        files = [sorted(p.name for p in (d / "records" / name).iterdir()) for d in (serial, ray)]
+        assert files[0] == files[1] and files[0]
+        assert table_shape((serial / f"{name}.md").read_text()) == table_shape((ray / f"{name}.md").read_text())
+    suite = json.loads((ray / "suite.json").read_text())
+    assert suite["executor"] == {"kind": "ray", "ray_address": None, "ray_workers": 2, "summarise_only": False}
+
+
+def test_ray_retries_a_failed_run_once_then_reports_it(tmp_path):
+    pytest.importorskip("ray")
+    bad = Study(
+        name="bad",
+        doc=None,
+        budgets=Tiered(*(Budget(10, (0,), 1),) * 3),
+        algos=Tiered(*(("grpo",),) * 3),
+        points=lambda cfg: {"broken": Point(env_id="EDO-NoSuchEnv-v0")},
+        summarise=toy_summarise,
+    )
+    argv = ["--smoke", "--out-dir", str(tmp_path), "--ray", "--ray-workers", "1"]
+    args = bad.parser().parse_args(argv)
+    attempts: list[tuple[str, int, bool]] = []
+    real_execute = executors.execute
+
+    def spy(runs: list[PlannedRun], execution: Execution, on_success: Any, on_failure: Any) -> None:
+        def failure(run: PlannedRun, outcome: dict, attempt: int, final: bool) -> None:
+            attempts.append((run.key, attempt, final))
+            on_failure(run, outcome, attempt, final)
+
+        real_execute(runs, execution, on_success, failure)
+
+    [outcome] = run_studies([(bad, bad.configure(args, argv))], execution_of(args), executor=spy)
+    assert attempts == [("broken-grpo-s0", 1, False), ("broken-grpo-s0", 2, True)]
+    assert not outcome.ok and "EDO-NoSuchEnv" in outcome.runs.failed["broken-grpo-s0"]
+    assert json.loads((tmp_path / "bad.json").read_text())["completeness"]["missing"] == ["broken-grpo-s0"]
+
+
+@pytest.mark.slow
+def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
+    pytest.importorskip("ray.tune")
+    run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
+                "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "tune_ent_coef.json").read_text())
+    assert data["completeness"]["finished"] == 4 and not data["completeness"]["missing"]
+    assert set(data["grid"]) == {"grpo", "ppo"} and set(data["grid"]["grpo"]) == {"0", "0.01"}
+    assert {a: b["ent_coef"] in (0.0, 0.01) for a, b in data["best"].items()} == {"grpo": True, "ppo": True}
+    specs = [r["spec"] for r in data["runs"].values()]
+    assert {(s["total_timesteps"], s["eval_episodes"], s["eval_on"]) for s in specs} == {(300, 3, "validation")}
+    assert sorted(s["train_overrides"]["ent_coef"] for s in specs) == [0.0, 0.0, 0.01, 0.01]
+    proc = run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
+                       "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=300)  # fmt: skip
+    assert "4 finished before, 0 to run" in proc.stdout  # a rerun skips finished trials and starts no Tuner
