@@ -147,18 +147,18 @@ def serve(
         path, name, port=port, host=host, threads=threads, ctx=ctx, parallel=parallel, verbose=verbose
     )
     load_s = time.perf_counter() - start
-    print(f"base_url: {base_url}", flush=True)
-    print(
-        f"model: {name} ({path}), loaded in {load_s:.2f} s, {threads} thread{'s' if threads > 1 else ''}, "
-        f"{parallel} slot{'s' if parallel > 1 else ''} x {ctx} context tokens; Ctrl-C stops it",
-        flush=True,
-    )
 
     def _stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, _stop)
-    try:
+    try:  # the announcement is inside the try: a client may interrupt as soon as it has read the base URL
+        print(f"base_url: {base_url}", flush=True)
+        print(
+            f"model: {name} ({path}), loaded in {load_s:.2f} s, {threads} thread{'s' if threads > 1 else ''}, "
+            f"{parallel} slot{'s' if parallel > 1 else ''} x {ctx} context tokens; Ctrl-C stops it",
+            flush=True,
+        )
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
