@@ -306,7 +306,14 @@ class Worker:
         word = parse_verdict(response.text)
         verdict = {"CORRECT": "ok", "INCORRECT": "flagged"}.get(word or "", "unsure")
         return VerifyRecord(
-            self.index, step, verdict, response.text, retrieved, cost, attempts=outcome.attempts, retrieval_error=retrieval_error
+            self.index,
+            step,
+            verdict,
+            response.text,
+            retrieved,
+            cost,
+            attempts=outcome.attempts,
+            retrieval_error=retrieval_error,
         )
 
 

@@ -278,7 +278,12 @@ class EDOEnv(gym.Env):
 
     def _plan_status(self, attempts: int, error: str, failed: bool) -> None:
         """``info``'s call fields for a planner call (visible on the replan step; at reset they are not reported)."""
-        self._call_status = {"call_failed": failed, "call_error": error, "backend_attempts": attempts, "retrieval_fallback": False}
+        self._call_status = {
+            "call_failed": failed,
+            "call_error": error,
+            "backend_attempts": attempts,
+            "retrieval_fallback": False,
+        }
 
     def _set_plan(self, plan: Plan) -> None:
         self.plan = plan

@@ -224,6 +224,8 @@ _HNSW = {"hnsw": {"space": "cosine", "ef_construction": 200, "ef_search": 200, "
 
 def _hnsw_config(size: int) -> dict[str, dict[str, Any]]:
     return {"hnsw": {**_HNSW["hnsw"], "ef_search": max(200, size)}}
+
+
 #: Extra candidates fetched from the index and re-ranked exactly, so the top k do not depend on the index graph.
 RERANK_MARGIN = 8
 
@@ -247,7 +249,10 @@ def build_collection(client: Any, name: str, vectors: np.ndarray, indices: Seque
             if "does not exist" not in str(exc) and "not found" not in str(exc).lower():
                 raise
     collection = client.create_collection(
-        name, embedding_function=None, configuration=_hnsw_config(expected), metadata={"edo_complete": False, "edo_count": expected}
+        name,
+        embedding_function=None,
+        configuration=_hnsw_config(expected),
+        metadata={"edo_complete": False, "edo_count": expected},
     )
     batch = max(1, min(5000, client.get_max_batch_size()))
     idx = list(indices)
