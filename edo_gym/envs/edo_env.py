@@ -29,8 +29,8 @@ every step; see the README. Faults of the backend or the retriever never end an 
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
+import zlib
 from collections import deque
 from typing import Any
 
@@ -214,11 +214,12 @@ class EDOEnv(gym.Env):
         self.retrieval_fallbacks = 0
         self.budget_exhausted = False
         self._call_status = _NO_CALL
-        self.worker_calls = np.zeros(W, dtype=np.int32)
-        self.worker_abstained = np.zeros(W, dtype=np.int32)
-        self.worker_flagged = np.zeros(W, dtype=np.int32)
-        self.worker_confirmed = np.zeros(W, dtype=np.int32)
-        self.worker_verifications = np.zeros(W, dtype=np.int32)
+        # per worker, this episode: calls, abstentions, results flagged / confirmed by a verifier, verifications done
+        # (columns of one array, in the observation's order, so the observation copies them in one operation)
+        self._worker_counts = np.zeros((W, 5), dtype=np.float32)
+        self.worker_calls, self.worker_abstained, self.worker_flagged, self.worker_confirmed, self.worker_verifications = (
+            self._worker_counts.T
+        )
         self.history: deque[int] = deque(maxlen=max(self.config.history_len, 1))
         self.final_answer = ""
         self.success = False
@@ -373,7 +374,7 @@ class EDOEnv(gym.Env):
         penalty = 0.0
         score = 0.0
         terminated = False
-        legal = self._mask()[a] > 0
+        legal = self._mask_cache[a] > 0  # the mask of the observation this action answers (state unchanged since)
         self._call_status = _NO_CALL
         if not legal:
             if cfg.illegal_action == "raise":
@@ -579,7 +580,7 @@ class EDOEnv(gym.Env):
 
     def _observation(self) -> dict[str, np.ndarray]:
         cfg = self.config
-        mask = self._mask()
+        mask = self._mask_cache = self._mask()
         n = len(self.plan.steps)
         cur = self.current_step
         sub = self._sub_static.copy()
@@ -620,12 +621,7 @@ class EDOEnv(gym.Env):
                 plan[O.P_LAST_OK - 1 + _VERDICT_CODE[verdicts[last][-1]]] = 1.0
         lim = float(self.step_limit)
         workers = self._worker_static.copy()
-        workers[:, O.W_CALLS] = self.worker_calls
-        workers[:, O.W_ABSTAINED] = self.worker_abstained
-        workers[:, O.W_FLAGGED] = self.worker_flagged
-        workers[:, O.W_CONFIRMED] = self.worker_confirmed
-        workers[:, O.W_VERIFIED] = self.worker_verifications
-        workers[:, O.W_CALLS : O.W_VERIFIED + 1] = np.minimum(1.0, workers[:, O.W_CALLS : O.W_VERIFIED + 1] / lim)
+        np.minimum(self._worker_counts * (1.0 / lim), 1.0, out=workers[:, O.W_CALLS : O.W_VERIFIED + 1])
         budget = np.array(
             [
                 min(1.0, self.tokens / self.token_budget),
@@ -653,8 +649,9 @@ class EDOEnv(gym.Env):
         status = ",".join(
             f"{int(r is not None)}{(self.verdicts[i][-1][0] if self.verdicts[i] else '-')}" for i, r in enumerate(self.results)
         )
-        raw = f"{self.task_id}\x1e{self._plan_sig}\x1e{status}\x1e{self.replans}"
-        return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+        raw = f"{self.task_id}\x1e{self._plan_sig}\x1e{status}\x1e{self.replans}".encode()
+        # two independent 32-bit checksums: stable across processes (unlike hash()), and cheap on every step
+        return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
 
     # -- humans and oracles -------------------------------------------------------------------------------------
     def render(self) -> str | np.ndarray | None:
