@@ -235,8 +235,7 @@ class Worker:
         retrieved: tuple[int, ...] = ()
         retrieval_error = ""
         if retrieve:
-            query = instruction if label == "lookup" else OP_QUERIES.get(label, instruction)
-            retrieved, retrieval_error = self.search(query, rng)
+            retrieved, retrieval_error = self.search(retrieval_query(label, instruction), rng)
         documents, doc_tokens = self._documents(retrieved)
         request = LLMRequest(
             role="worker",
@@ -280,8 +279,7 @@ class Worker:
         retrieved: tuple[int, ...] = ()
         retrieval_error = ""
         if self.retriever.size > 0 or self.shuffle:
-            query = record.instruction if label == "lookup" else OP_QUERIES.get(label, record.instruction)
-            retrieved, retrieval_error = self.search(query, rng)
+            retrieved, retrieval_error = self.search(retrieval_query(label, record.instruction), rng)
         documents, doc_tokens = self._documents(retrieved)
         request = LLMRequest(
             role="verifier",
@@ -315,6 +313,11 @@ class Worker:
             attempts=outcome.attempts,
             retrieval_error=retrieval_error,
         )
+
+
+def retrieval_query(label: str, instruction: str) -> str:
+    """What a worker searches its shard with: a lookup's question, or guidance about a compute/write operation."""
+    return instruction if label == "lookup" else OP_QUERIES.get(label, instruction)
 
 
 def plan_request(task: str, instruction: str, output_format: str, seed: int, system: str) -> LLMRequest:
