@@ -336,8 +336,12 @@ class OraclePolicy(HeuristicPolicy):
             skills = hidden["worker_skills"][name]
             if kind in ("lookup", "merged"):
                 if domain in v.shards[w]:
-                    options.append((skills["lookup_by_domain"].get(domain, 0.0) - 0.01 * v.price[w], w, True))
-                options.append((skills["memory_coverage"] * skills["memory_accuracy"] - 0.01 * v.price[w], w, False))
+                    # a retriever that returns the right document beats one that does not, whatever the skill
+                    found = 1.0 if w in hidden.get("gold_retrieved_by", ()) else 0.0
+                    options.append((found + skills["lookup_by_domain"].get(domain, 0.0) - 0.01 * v.price[w], w, True))
+                remembers = 1.0 if w in hidden.get("memory_right_by", ()) else 0.0
+                prior = skills["memory_coverage"] * skills["memory_accuracy"]
+                options.append((remembers + prior - 0.01 * v.price[w], w, False))
             else:
                 options.append((skills["types"].get(kind, 0.0) - 0.01 * v.price[w], w, False))
         options.sort(reverse=True)

@@ -161,8 +161,8 @@ class PlannerConfig:
     #: Probability that the planner's reply is not valid JSON (one repair call follows, then a one-step fallback).
     malformed_rate: float = 0.02
     #: The planner's stated confidence: mean for plans that work / plans that do not, and the noise around both.
-    confidence_mean_faithful: float = 0.7
-    confidence_mean_unfaithful: float = 0.6
+    confidence_mean_faithful: float = 0.68
+    confidence_mean_unfaithful: float = 0.62
     confidence_sd: float = 0.15
 
     def __post_init__(self) -> None:

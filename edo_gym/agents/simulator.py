@@ -137,9 +137,7 @@ class SimulatedBackend:
         return float(min(1.0, max(0.0, rng.normal(CONFIDENCE_BY_SOURCE[source], CONFIDENCE_SD))))
 
     # -- workers --------------------------------------------------------------------------------------------------
-    def read(
-        self, spec: WorkerSpec, instruction: str, inputs: Sequence[str], documents: Sequence[str], rng: RNG
-    ) -> Reading:
+    def read(self, spec: WorkerSpec, instruction: str, inputs: Sequence[str], documents: Sequence[str], rng: RNG) -> Reading:
         """What worker ``spec`` answers to ``instruction`` given ``inputs`` and the ``documents`` it retrieved."""
         q = parse_question(instruction)
         if q is not None:

@@ -59,7 +59,7 @@ from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.store import RetrievalService
 from edo_gym.world.generator import World
 from edo_gym.world.grading import StepTruth, execute_plan, is_correct
-from edo_gym.world.language import fill, placeholders
+from edo_gym.world.language import fill, parse_question, placeholders
 from edo_gym.world.tasks import Task, TaskPool
 from edo_gym.world.text import first_number, normalize, token_f1
 
@@ -144,6 +144,7 @@ class EDOEnv(gym.Env):
         self._worker_static = O.worker_static_features(cfg, [len(s) for s in shard_indices], len(self.doc_texts))
         self._started = False
         self._ended = False
+        self._gold_docs: dict[tuple[str, str], int] | None = None
         self._pending = CallCost()  # charged on the next step: the planner at reset, an outside policy's decisions
         self._pending_price = 0.0  # price-weighted tokens of _pending
 
@@ -679,7 +680,10 @@ class EDOEnv(gym.Env):
         step types and document domains), ``label_wrong`` (the type or domain label differs from the truth),
         ``expected`` (each step's right answer given right inputs), ``correct`` (per step: the current result is
         right, ``None`` when undone), ``answer`` (the gold answer), ``hops``, ``family``, ``worker_skills``
-        (per worker: type skills, per-domain lookup skills, memory coverage and accuracy).
+        (per worker: type skills, per-domain lookup skills, memory coverage and accuracy), ``gold_retrieved_by``
+        (the workers whose own retrieval for the current step's question returns the document stating its answer;
+        empty when the current step is not a single-hop lookup or under a retrieval ablation), ``memory_right_by``
+        (the workers whose simulated parametric memory holds the right value of the current single-hop lookup).
         """
         truth = self.plan_truth()
         threshold = self.config.reward.write_f1_threshold
@@ -708,6 +712,8 @@ class EDOEnv(gym.Env):
             "answer": self.task.answer,
             "hops": self.task.hops,
             "family": self.task.family,
+            "gold_retrieved_by": self._gold_retrieved_by(),
+            "memory_right_by": self._memory_right_by(),
             "worker_skills": {
                 w.name: {
                     "types": dict(w.skills),
@@ -718,6 +724,35 @@ class EDOEnv(gym.Env):
                 for w in self.config.workers
             },
         }
+
+    def _gold_retrieved_by(self) -> list[int]:
+        """Hidden: which workers' retrievers return the gold document for the current step (memoised searches)."""
+        i = self.current_step
+        if i < 0 or self.config.retrieval.ablation != "none" or self.plan.steps[i].label != "lookup":
+            return []
+        parsed = parse_question(self._filled(i)[0])
+        if parsed is None or len(parsed[0]) != 1:
+            return []
+        if self._gold_docs is None:
+            self._gold_docs = {(d.subject, d.relation): k for k, d in enumerate(self.world.documents) if not d.is_distractor}
+        doc = self._gold_docs.get((parsed[1], parsed[0][0]))
+        if doc is None:
+            return []
+        query = self._filled(i)[0]
+        return [w.index for w in self.workers if w.retriever.size and doc in w.retriever.search(query, w.spec.top_k)]
+
+    def _memory_right_by(self) -> list[int]:
+        """Hidden: which workers' parametric memories hold the right value of the current single-hop lookup."""
+        i = self.current_step
+        memories = getattr(self.backend, "_memories", None)
+        if i < 0 or memories is None or self.plan.steps[i].label != "lookup":
+            return []
+        parsed = parse_question(self._filled(i)[0])
+        if parsed is None or len(parsed[0]) != 1:
+            return []
+        key = (parsed[1], parsed[0][0])
+        truth = self.world.facts.get(key)
+        return [w.index for w in self.workers if truth is not None and memories[w.spec.name].get(key) == truth]
 
     def text_state(self) -> dict[str, Any]:
         """What a human or an LLM orchestrator sees: the task text, the plan as written, results as written.
