@@ -151,7 +151,9 @@ def serve(
     def _stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, _stop)
+    # Python's handlers for both signals, installed after llama.cpp started (its server may install C handlers of its
+    # own, which would swallow Ctrl-C), and a short wait loop so that a stop is noticed at once.
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:  # the announcement is inside the try: a client may interrupt as soon as it has read the base URL
         print(f"base_url: {base_url}", flush=True)
         print(
@@ -160,11 +162,12 @@ def serve(
             flush=True,
         )
         while True:
-            time.sleep(3600)
+            time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         del server  # stops the HTTP server and frees the model
         print("stopped", flush=True)
     return 0
