@@ -78,11 +78,7 @@ class FaultServer:
                     behaviour = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
                     outer.in_flight += 1
                     outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
-                try:
-                    outer.respond(self, behaviour)
-                finally:
-                    with outer.lock:
-                        outer.in_flight -= 1
+                outer.respond(self, behaviour)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -114,6 +110,10 @@ class FaultServer:
         else:  # an HTTP status
             status = int(behaviour)
             payload = json.dumps({"error": {"message": f"status {status} on purpose"}}).encode()
+        # the request stops counting as in flight before its answer is sent: once the client has the answer it may send
+        # the next one, which must not overlap this one in the count
+        with self.lock:
+            self.in_flight -= 1
         handler.send_response(status)
         handler.send_header("Content-Type", ctype)
         handler.send_header("Content-Length", str(len(payload)))
