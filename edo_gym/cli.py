@@ -40,16 +40,38 @@ def _batch_size(text: str) -> int | None:
     return _count(text)
 
 
+def _agent_model(text: str) -> tuple[str, str]:
+    """``"analyst=qwen2.5-7b"`` -> ``("analyst", "qwen2.5-7b")``."""
+    name, sep, model = text.partition("=")
+    if not sep or not name.strip() or not model.strip():
+        raise argparse.ArgumentTypeError(f"must be NAME=MODEL (an agent or role name, then a model name), got {text!r}")
+    return name.strip(), model.strip()
+
+
 def _llm_backend(args: argparse.Namespace, stack: contextlib.ExitStack) -> Any:
     """The LLM backend the flags ask for (``None``: the simulated default), started and cached as asked."""
     if args.backend == "simulated":
+        if args.agent_model:
+            raise ValueError("--agent-model needs --backend openai or --backend local (the simulator has no models to choose)")
         if args.llm_cache is not None:
             raise ValueError("--llm-cache needs --backend openai or --backend local (the simulator is free and seeded)")
         return None
+    from edo_gym.agents.protocol import ROLES
+    from edo_gym.config import default_workers
     from edo_gym.llm import CachedBackend, OpenAIBackend
 
+    known = sorted({"planner", "router", *ROLES, *(w.name for w in default_workers())})
+    unknown = sorted({name for name, _ in args.agent_model or []} - set(known))
+    if unknown:
+        raise ValueError(f"--agent-model names unknown agents or roles {unknown}; choose from {known}")
     base_url, model = args.base_url, args.model
-    if args.backend == "local":
+    if args.backend == "local" and args.llm_cache is not None and args.llm_cache_mode == "replay":
+        # replay reads the recording only: no server, no model file needed; requests keep the served model's name
+        from edo_gym.llm.server import SMOLLM2_NAME
+
+        base_url, model = "http://127.0.0.1:9/v1", model or SMOLLM2_NAME
+        print(f"  replaying the local model's recorded answers from {args.llm_cache} (no server started)", flush=True)
+    elif args.backend == "local":
         from edo_gym.llm.server import LocalLLMServer
 
         server = LocalLLMServer(threads=args.llm_threads)
@@ -58,7 +80,13 @@ def _llm_backend(args: argparse.Namespace, stack: contextlib.ExitStack) -> Any:
         print(f"  local model server at {base_url} (model {model}, loaded in {server.load_time_s:.1f} s)", flush=True)
     elif not base_url:
         raise ValueError("--backend openai needs --base-url URL (e.g. http://127.0.0.1:8080/v1 for a local server)")
-    backend: Any = OpenAIBackend(base_url, model or "default", api_key_env=args.api_key_env, timeout_s=args.llm_timeout)
+    backend: Any = OpenAIBackend(
+        base_url,
+        model or "default",
+        models=dict(args.agent_model or []),
+        api_key_env=args.api_key_env,
+        timeout_s=args.llm_timeout,
+    )
     if args.llm_cache is not None:
         backend = CachedBackend(backend, args.llm_cache, mode=args.llm_cache_mode)
         stack.callback(backend.close)
@@ -187,17 +215,33 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from baselines.evaluation import format_table
     from baselines.training import check_env_id, evaluate_saved, infer_algo
 
-    try:
-        check_env_id(args.env)
-        algo = args.algo or infer_algo(args.path)
-        results = evaluate_saved(
-            args.path, args.env, args.episodes, seed=args.seed, algo=algo, heuristics=not args.no_heuristics, progress=True
+    with contextlib.ExitStack() as stack:
+        try:
+            check_env_id(args.env)
+            algo = args.algo or infer_algo(args.path)
+            backend = _llm_backend(args, stack)
+            env_kwargs = {} if backend is None else {"backend": backend}
+            results = evaluate_saved(
+                args.path,
+                args.env,
+                args.episodes,
+                seed=args.seed,
+                algo=algo,
+                heuristics=not args.no_heuristics,
+                progress=True,
+                env_kwargs=env_kwargs,
+            )
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"edo evaluate: error: {exc}", file=sys.stderr)
+            return 2
+        where = "simulated backend" if backend is None else f"{args.backend} backend"
+        print(
+            f"\n{algo} model {args.path} on {args.env}, {results[-1].episodes} held-out tasks (test split), "
+            f"seed {args.seed}, {where}:\n"
         )
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"edo evaluate: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"\n{algo} model {args.path} on {args.env}, {results[-1].episodes} held-out tasks (test split), seed {args.seed}:\n")
-    print(format_table(results))
+        print(format_table(results))
+        if backend is not None:
+            print(str(backend.counts))
     return 0
 
 
@@ -208,6 +252,10 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
                    "SmolLM2 with llama.cpp for this run")  # fmt: skip
     g.add_argument("--base-url", default=None, help="API root of an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
     g.add_argument("--model", default=None, help="model name to request (default: the server's own / 'default')")
+    g.add_argument("--agent-model", type=_agent_model, action="append", metavar="NAME=MODEL", default=None,
+                   help="a model for one agent or role, repeatable: an agent name (planner, router or a worker's name, "
+                   "e.g. support_agent) or a role (worker, verifier); an agent's entry wins over its role's, both over "
+                   "--model. E.g. --agent-model analyst=big-model --agent-model worker=small-model")  # fmt: skip
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key (never printed)")
     g.add_argument("--llm-timeout", type=_positive_float, default=60.0, help="seconds per HTTP attempt (default: 60)")
     g.add_argument("--llm-threads", type=_count, default=1, help="--backend local: server threads (default: 1)")
@@ -301,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=_count, default=200, help="held-out tasks to evaluate (default: 200)")
     ev.add_argument("--seed", type=_non_negative_int, default=0)
     ev.add_argument("--no-heuristics", action="store_true", help="evaluate only the model")
+    _add_backend_args(ev)
     ev.set_defaults(func=cmd_evaluate)
 
     from edo_gym.llm.server import add_serve_llm_parser  # stdlib only; xllamacpp is imported when serving

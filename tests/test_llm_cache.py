@@ -111,6 +111,13 @@ def test_a_replay_miss_names_the_request_and_the_key(tmp_path):
     assert replayer.counts.failed == 1
 
 
+def test_a_replay_miss_under_another_model_name_says_which_models_the_cache_holds(tmp_path):
+    path = tmp_path / "c.sqlite"
+    CachedBackend(CountingBackend("m1"), path, "record").complete(_request(0))
+    with pytest.raises(ReplayMissError, match=r"holds answers from models \['m1'\], none from 'm2'"):
+        CachedBackend(CountingBackend("m2"), path, "replay").complete(_request(0))
+
+
 def test_replay_without_a_recording_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no LLM cache to replay"):
         CachedBackend(CountingBackend(), tmp_path / "none.sqlite", "replay")

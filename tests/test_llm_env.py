@@ -78,3 +78,68 @@ def test_a_replay_miss_is_a_clear_error_reported_as_a_failed_call(tmp_path):
     assert any(e[0] == "plan_fallback" and "replay" in e[1].lower() for e in base.trace)
     _, _, _, _, info = env.step(0)
     assert info["call_failed"] and "replay" in info["call_error"].lower()
+
+
+def test_edo_evaluate_with_the_local_model_records_then_replays_offline(tmp_path, capsys):
+    """`edo evaluate` takes the backend flags of `edo demo`: a saved policy against the real local model, recorded;
+    then the same command in replay mode against a stopped server prints the same table from the cache."""
+    from baselines.grpo import GRPO
+    from edo_gym.cli import main
+
+    path = tmp_path / "grpo_tiny.zip"
+    GRPO("MultiInputPolicy", gym.make("EDO-v0"), seed=0, policy_kwargs={"net_arch": [8]}).save(path)
+    cache = tmp_path / "cache"
+    common = [str(path), "--algo", "grpo", "--episodes", "1", "--no-heuristics", "--llm-cache", str(cache)]
+    rc = main(["evaluate", *common, "--backend", "local", "--agent-model", "analyst=SmolLM2-135M-Instruct-Q4_1"])
+    recorded = capsys.readouterr().out
+    assert rc == 0, recorded
+    assert "local backend" in recorded and "backend calls:" in recorded
+    calls = recorded.split("backend calls:")[1].split()
+    assert int(calls[0]) > 0 and calls[1] == "real,"  # at least the planner went to the server
+    table = recorded.split("backend:\n")[1].split("backend calls:")[0]
+    # `--backend local` in replay mode starts no server; the requests keep the served model's name, so they hit
+    rc = main(
+        [
+            "evaluate",
+            *common,
+            "--backend",
+            "local",
+            "--llm-cache-mode",
+            "replay",
+            "--agent-model",
+            "analyst=SmolLM2-135M-Instruct-Q4_1",
+        ]
+    )
+    replayed = capsys.readouterr().out
+    assert rc == 0, replayed
+    assert "no server started" in replayed and "local model server at" not in replayed
+    assert replayed.split("backend:\n")[1].split("backend calls:")[0] == table, (recorded, replayed)
+    assert "backend calls: 0 real" in replayed and ", 0 failed" in replayed
+    # the same recording through --backend openai must name the model it was recorded with; a wrong name is a miss
+    # whose error says which models the cache holds
+    offline = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--llm-cache-mode", "replay"]
+    rc = main(
+        [
+            "evaluate",
+            *common,
+            *offline,
+            "--model",
+            "SmolLM2-135M-Instruct-Q4_1",
+            "--agent-model",
+            "analyst=SmolLM2-135M-Instruct-Q4_1",
+        ]
+    )
+    assert rc == 0 and capsys.readouterr().out.split("backend:\n")[1].split("backend calls:")[0] == table
+
+
+def test_edo_evaluate_rejects_backend_flags_that_cannot_apply(tmp_path, capsys):
+    from edo_gym.cli import main
+
+    model = str(tmp_path / "m.zip")
+    assert main(["evaluate", model, "--algo", "grpo", "--llm-cache", str(tmp_path)]) == 2
+    assert "--llm-cache needs --backend" in capsys.readouterr().err
+    assert main(["evaluate", model, "--algo", "grpo", "--backend", "openai"]) == 2
+    assert "--base-url" in capsys.readouterr().err
+    args = ["evaluate", model, "--algo", "grpo", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"]
+    assert main([*args, "--agent-model", "nobody=m"]) == 2
+    assert "unknown agents or roles ['nobody']" in capsys.readouterr().err

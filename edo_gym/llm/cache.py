@@ -169,6 +169,17 @@ class ResponseCache:
             except sqlite3.OperationalError:  # a read-only file without the table: empty
                 return 0
 
+    def models(self) -> list[str]:
+        """The endpoint models the cache holds answers from (sorted)."""
+        with self._lock:
+            conn = self._connect()
+            if conn is None:
+                return []
+            try:
+                return sorted(row[0] for row in conn.execute("SELECT DISTINCT model FROM llm_responses"))
+            except sqlite3.OperationalError:
+                return []
+
     def get(self, key: str) -> CacheEntry | None:
         """The entry stored under ``key``, or ``None``."""
         with self._lock:
@@ -315,11 +326,15 @@ class CachedBackend:
             return self._from_entry(request, entry)
         if self.mode == "replay":
             self._counter.add("failed")
+            held = self.cache.models()
+            if held and model not in held:
+                hint = f"the cache holds answers from models {held}, none from {model!r}: replay with the model name used to record"
+            else:
+                hint = "the run asked something the recording never saw: record it with cache mode 'record' "
+                hint += "(--llm-cache-mode record), or use 'read-through' to ask the server for what is missing"
             raise ReplayMissError(
                 f"replay miss: {self.cache.path} holds no answer for {request.role} {request.agent!r} "
-                f"(model {model!r}, seed {request.seed}, instruction {request.instruction[:120]!r}, key {key}); "
-                "the run asked something the recording never saw: record it with cache mode 'record' "
-                "(--llm-cache-mode record), or use 'read-through' to ask the server for what is missing",
+                f"(model {model!r}, seed {request.seed}, instruction {request.instruction[:120]!r}, key {key}); {hint}",
                 agent=request.agent,
                 role=request.role,
                 endpoint=str(self.cache.path),
