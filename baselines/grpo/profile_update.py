@@ -14,6 +14,7 @@ Usage::
     python -m baselines.grpo.profile_update                        # SB3 PPO's defaults: [64, 64], batch 64, 10 epochs
     python -m baselines.grpo.profile_update --net-arch 128 128 --batch-size 512 --n-epochs 4   # `make train`'s
     python -m baselines.grpo.profile_update --profile              # plus a cProfile of one GRPO update
+    python -m baselines.grpo.profile_update --env EDO-v0           # Dict observations: MultiInputPolicy in both
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -48,11 +50,30 @@ def build_models(
     """
     A GRPO and a PPO model, each with one collected rollout of about ``samples`` steps in its buffer.
 
+    Dict observation spaces (EDO-v0) get ``MultiInputPolicy`` in both, as ``baselines.training`` does; GRPO groups
+    by task id when the env has ``num_tasks`` (EDO envs), by seed otherwise, and samples with action masks when the
+    env has ``action_masks()`` (its default, as in ``make train``; stock PPO never masks).
+
+    :param env_id: Gymnasium env id (EDO ids are registered by importing ``edo_gym``)
+    :param net_arch: Actor hidden layers (PPO: also its critic's)
+    :param batch_size: Minibatch size of both
+    :param n_epochs: Epochs of both
+    :param samples: Rollout size in steps (about, for GRPO: whole groups of episodes)
+    :param n_envs: Parallel envs of both
+    :param group_size: GRPO's group size
+    :param seed: Seed of both
+    :param device: Torch device
+    :param ent_coef: Entropy coefficient of both
     :return: ``(grpo, ppo)``
     """
+    if env_id.startswith("EDO"):
+        import edo_gym  # noqa: F401  (registers the EDO env ids)
     arch = list(net_arch)
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    policy = "MultiInputPolicy" if isinstance(env.observation_space, spaces.Dict) else "MlpPolicy"
+    group_mode = "task_id" if env.has_attr("num_tasks") else "seed"
     ppo = PPO(
-        "MlpPolicy",
+        policy,
         make_vec_env(env_id, n_envs=n_envs, seed=seed),
         n_steps=max(samples // n_envs, 2),
         batch_size=batch_size,
@@ -64,16 +85,16 @@ def build_models(
     )
     ppo.learn(ppo.n_steps * n_envs)  # one rollout (and one update)
 
-    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     # rough episode length of the untrained policy, to size the rollout
-    probe = GRPO("MlpPolicy", env, group_size=group_size, groups_per_rollout=1, seed=seed, device=device)
+    probe = GRPO(policy, env, group_size=group_size, groups_per_rollout=1, group_mode=group_mode, seed=seed, device=device)
     probe.learn(1)
     mean_length = max(probe.rollout_buffer.n_steps / probe.rollout_buffer.n_episodes, 1.0)
     groups = max(int(round(samples / (group_size * mean_length))), 1)
     grpo = GRPO(
-        "MlpPolicy",
+        policy,
         env,
         group_size=group_size,
+        group_mode=group_mode,
         groups_per_rollout=groups,
         batch_size=batch_size,
         n_epochs=n_epochs,
@@ -123,7 +144,7 @@ def time_updates(grpo: GRPO, ppo: PPO, repeats: int = 7) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--env", default="CartPole-v1", help="env id (EDO-v0: MultiInputPolicy, task-id groups)")
     parser.add_argument("--net-arch", type=int, nargs="+", default=[64, 64], help="actor hidden layers (PPO: also critic)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--n-epochs", type=int, default=10)
@@ -149,7 +170,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ent_coef=args.ent_coef,
     )
     result = time_updates(grpo, ppo, args.repeats)
-    result["settings"] = vars(args) | {"torch": th.__version__}
+    result["settings"] = vars(args) | {
+        "torch": th.__version__,
+        "policy": type(grpo.policy).__name__,
+        "grpo_action_masks": bool(grpo._use_masking_now),
+    }
     print(
         f"{args.env}, net_arch {args.net_arch}, batch {args.batch_size}, {args.n_epochs} epochs, "
         f"samples GRPO {result['samples']['grpo']} / PPO {result['samples']['ppo']}, {args.repeats} repeats"
