@@ -1,5 +1,6 @@
 """Tests for the GRPO baseline (baselines/grpo)."""
 
+import copy
 import json
 import zipfile
 
@@ -20,7 +21,10 @@ from stable_baselines3.common.envs import (
 )
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, CombinedExtractor, FlattenExtractor
+from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from torch import nn
 
 from baselines import GRPO
 from baselines.grpo import GroupStartWrapper, RecordedStepsProgressBar
@@ -492,6 +496,158 @@ def test_tied_groups_give_no_update():
     assert model.logger.name_to_value["train/kept_steps"] == 0
     assert all(th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True))
     assert model.rollout_buffer.episode_truncated.all()
+
+
+# ----------------------------------------------------------------------------- update: fast path vs plain
+class LearnedDictExtractor(BaseFeaturesExtractor):
+    """A features extractor with parameters (a linear layer over the flattened inputs): no precomputed features."""
+
+    def __init__(self, observation_space: gym.spaces.Dict, features_dim: int = 8):
+        super().__init__(observation_space, features_dim)
+        self.flatten = CombinedExtractor(observation_space)
+        self.linear = nn.Linear(self.flatten.features_dim, features_dim)
+
+    def forward(self, observations: dict[str, th.Tensor]) -> th.Tensor:
+        return th.tanh(self.linear(self.flatten(observations)))
+
+
+class SubclassedFlattenExtractor(FlattenExtractor):
+    """Parameter-free, but not a known type: could do anything in forward, so no precomputed features."""
+
+
+def test_static_features_only_for_known_parameter_free_extractors():
+    dict_env = MaskedTaskEnv(dict_obs=True)
+    image_env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1)
+    assert GRPO("MlpPolicy", "CartPole-v1").policy.has_static_features
+    assert GRPO("MultiInputPolicy", dict_env).policy.has_static_features
+    assert not GRPO("CnnPolicy", image_env).policy.has_static_features
+    learned = GRPO("MultiInputPolicy", dict_env, policy_kwargs={"features_extractor_class": LearnedDictExtractor})
+    assert not learned.policy.has_static_features
+    with pytest.raises(ValueError, match="has parameters or state"):
+        learned.policy.static_features(obs_as_tensor(dict_env.observation_space.sample(), "cpu"))
+    subclassed = GRPO("MlpPolicy", "CartPole-v1", policy_kwargs={"features_extractor_class": SubclassedFlattenExtractor})
+    assert not subclassed.policy.has_static_features
+
+
+def copy_policy(model: GRPO, policy: GRPOPolicy | None) -> GRPOPolicy | None:
+    """A new policy with ``policy``'s parameters and a copy of its optimizer state (deepcopy fails on a policy whose
+    MultiDiscrete distribution holds tensors of a past forward)."""
+    if policy is None:
+        return None
+    new = model.policy_class(model.observation_space, model.action_space, model.lr_schedule, **model.policy_kwargs)
+    new.load_state_dict(policy.state_dict())
+    if policy.optimizer is not None:
+        new.optimizer.load_state_dict(copy.deepcopy(policy.optimizer.state_dict()))
+    return new
+
+
+def plain_update(model: GRPO, policy: GRPOPolicy, ref_policy: GRPOPolicy | None) -> None:
+    """
+    GRPO's update written plainly, the reference for ``GRPO.train``: per minibatch, the numpy observations of the
+    rollout are indexed and converted to tensors, the policy builds its (sb3-contrib) action distribution from the
+    observations, and the loss is spelled out; torch's RNG draws one permutation per epoch, as ``train()`` does.
+    """
+    buffer = model.rollout_buffer
+    kept = np.flatnonzero(buffer.keep)
+    clip_range = model.clip_range(model._current_progress_remaining)
+
+    def rows(array: np.ndarray, positions: np.ndarray) -> th.Tensor:
+        return th.as_tensor(array[kept[positions]])
+
+    def observations(positions: np.ndarray) -> th.Tensor | dict[str, th.Tensor]:
+        if isinstance(buffer.observations, dict):
+            return obs_as_tensor({key: value[kept[positions]] for key, value in buffer.observations.items()}, "cpu")
+        return rows(buffer.observations, positions)
+
+    def masks(positions: np.ndarray) -> th.Tensor | None:
+        return None if buffer.action_masks is None else rows(buffer.action_masks, positions)
+
+    def avg(values: th.Tensor, positions: np.ndarray) -> th.Tensor:
+        return values.mean() if buffer.loss_weights is None else (rows(buffer.loss_weights, positions) * values).mean()
+
+    ref_log_prob = None
+    if ref_policy is not None:
+        everything = np.arange(kept.size)
+        with th.no_grad():
+            distribution = ref_policy.get_distribution(observations(everything), masks(everything))
+            ref_log_prob = distribution.log_prob(rows(buffer.actions, everything))
+    for _ in range(model.n_epochs):
+        order = th.randperm(kept.size).numpy()
+        for start in range(0, kept.size, model.batch_size):
+            positions = order[start : start + model.batch_size]
+            distribution = policy.get_distribution(observations(positions), masks(positions))
+            actions = rows(buffer.actions, positions)
+            log_prob, entropy = distribution.log_prob(actions), distribution.entropy()
+            advantages = rows(buffer.advantages, positions)
+            ratio = th.exp(log_prob - rows(buffer.log_probs, positions))
+            clipped = th.clamp(ratio, 1 - clip_range, 1 + clip_range)
+            loss = -avg(th.min(ratio * advantages, clipped * advantages), positions) - model.ent_coef * avg(entropy, positions)
+            if ref_log_prob is not None:
+                log_r = ref_log_prob[th.as_tensor(positions)] - log_prob
+                loss = loss + model.kl_coef * avg(th.exp(log_r) - log_r - 1, positions)
+            policy.optimizer.zero_grad()
+            loss.backward()
+            th.nn.utils.clip_grad_norm_(policy.parameters(), model.max_grad_norm)
+            policy.optimizer.step()
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"env_kwargs": {"dict_obs": True}, "kl_coef": 0.1, "loss_type": "grpo"},
+        {"env_kwargs": {"dict_obs": True}, "kl_coef": 0.0, "loss_type": "bnpo"},
+        {"env_kwargs": {}, "kl_coef": 0.1, "loss_type": "bnpo"},
+        {"env_kwargs": {"dict_obs": True, "multi_discrete": True}, "kl_coef": 0.1, "loss_type": "dr_grpo"},
+        {"env_kwargs": {"dict_obs": True}, "kl_coef": 0.1, "loss_type": "grpo", "extractor": LearnedDictExtractor},
+    ],
+    ids=["dict-kl-grpo", "dict-bnpo", "box-kl-bnpo", "multidiscrete-kl-dr_grpo", "learned-extractor"],
+)
+def test_update_matches_plain_update(setting, monkeypatch):
+    """``GRPO.train`` (features extracted once, fast masked categorical) gives the plain update's parameters."""
+    env_kwargs = setting["env_kwargs"]
+    policy_kwargs = {"net_arch": [16, 16]}
+    if "extractor" in setting:
+        policy_kwargs["features_extractor_class"] = setting["extractor"]
+    model = GRPO(
+        "MultiInputPolicy" if env_kwargs.get("dict_obs") else "MlpPolicy",
+        toy_vec_env(n_envs=3, **env_kwargs),
+        group_mode="task_id",
+        group_size=4,
+        groups_per_rollout=4,
+        batch_size=7,  # a last minibatch of another size
+        n_epochs=3,
+        learning_rate=3e-3,
+        ent_coef=0.01,
+        kl_coef=setting["kl_coef"],
+        loss_type=setting["loss_type"],
+        max_episode_steps=6,
+        seed=0,
+        policy_kwargs=policy_kwargs,
+    )
+    model.learn(1)  # one rollout and one update: Adam has state, the policy differs from the reference
+    assert model.rollout_buffer.n_kept_steps > 20 and model.rollout_buffer.action_masks is not None
+    policy, ref_policy = copy_policy(model, model.policy), copy_policy(model, model.ref_policy)
+    before = _params(model)
+
+    static = "extractor" not in setting
+    assert model.policy.has_static_features == static
+    if static:  # the update never extracts features per minibatch
+
+        def no_per_minibatch_extraction(*args: object, **kwargs: object) -> None:
+            raise AssertionError("evaluate_actions called although the features were extracted once")
+
+        monkeypatch.setattr(model.policy, "evaluate_actions", no_per_minibatch_extraction)
+        if model.ref_policy is not None:
+            monkeypatch.setattr(model.ref_policy, "evaluate_actions", no_per_minibatch_extraction)
+    th.manual_seed(7)
+    model.train()
+    th.manual_seed(7)
+    plain_update(model, policy, ref_policy)
+
+    after = _params(model)
+    assert all(not th.equal(a, b) for a, b in zip(before, after, strict=True))
+    for fast, plain in zip(after, policy.parameters(), strict=True):
+        th.testing.assert_close(fast, plain.detach(), rtol=1e-5, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- size

@@ -33,6 +33,8 @@ DEFAULT_SCALE_REWARDS = "none"
 MAX_SEED = 2**31 - 1
 #: Inherited OnPolicyAlgorithm attributes that GRPO has no use for (never stored in a saved model)
 UNUSED_ON_POLICY_ATTRIBUTES = ("n_steps", "gae_lambda", "vf_coef", "rollout_buffer_class", "rollout_buffer_kwargs")
+#: Largest features tensor (bytes, float32) that ``GRPO.train`` computes once per update (``GRPO._static_features``)
+MAX_STATIC_FEATURES_BYTES = 2**28
 
 
 class Member(NamedTuple):
@@ -972,14 +974,18 @@ class GRPO(OnPolicyAlgorithm):
         last_epoch_log_ratios: list[th.Tensor] = []
         loss = None
         if buffer.n_kept_steps > 0:
+            # A parameter-free features extractor (flattening, as SB3's CombinedExtractor does for vector inputs) is
+            # applied once per update instead of once per minibatch and epoch: same features, one tensor to permute
+            features = self._static_features()
+            evaluate = self.policy.evaluate_actions if features is None else self.policy.evaluate_features
             if use_kl:
-                self._compute_reference_log_probs()
+                self._compute_reference_log_probs(features)
             continue_training = True
             parameters = list(self.policy.parameters())
             for epoch in range(self.n_epochs):
                 last_epoch_log_ratios = []
-                for data in buffer.get(self.batch_size):
-                    log_prob, entropy = self.policy.evaluate_actions(
+                for data in buffer.get(self.batch_size, features=features):
+                    log_prob, entropy = evaluate(
                         data.observations,  # type: ignore[arg-type]
                         data.actions,
                         action_masks=data.action_masks,
@@ -1045,13 +1051,34 @@ class GRPO(OnPolicyAlgorithm):
             self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
 
-    def _compute_reference_log_probs(self) -> None:
-        """Store the reference policy's log-probabilities of all kept actions in the buffer."""
+    def _static_features(self) -> th.Tensor | None:
+        """
+        The features of all kept steps, when the policy's features extractor is a fixed function of the observation
+        (``GRPOPolicy.has_static_features``) and they take at most ``MAX_STATIC_FEATURES_BYTES``; None otherwise
+        (the update then extracts features per minibatch).
+        """
+        buffer = self.rollout_buffer
+        if not self.policy.has_static_features:
+            return None
+        if buffer.n_kept_steps * self.policy.features_dim * 4 > MAX_STATIC_FEATURES_BYTES:
+            return None
+        return self.policy.static_features(buffer.kept_observations)
+
+    def _compute_reference_log_probs(self, features: th.Tensor | None = None) -> None:
+        """
+        Store the reference policy's log-probabilities of all kept actions in the buffer.
+
+        :param features: The kept steps' features from :meth:`_static_features` (the reference policy's extractor is
+            a copy of the policy's, so they are its features too); None = extract them per minibatch
+        """
         assert self.ref_policy is not None
         self.ref_policy.set_training_mode(False)
+        if not self.ref_policy.has_static_features:
+            features = None
+        evaluate = self.ref_policy.evaluate_actions if features is None else self.ref_policy.evaluate_features
         with th.no_grad():
-            for data in self.rollout_buffer.get(self.batch_size, shuffle=False):
-                ref_log_prob, _ = self.ref_policy.evaluate_actions(
+            for data in self.rollout_buffer.get(self.batch_size, shuffle=False, features=features):
+                ref_log_prob, _ = evaluate(
                     data.observations,  # type: ignore[arg-type]
                     data.actions,
                     action_masks=data.action_masks,

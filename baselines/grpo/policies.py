@@ -33,6 +33,15 @@ from torch import nn
 MaybeMasks = np.ndarray | th.Tensor | None
 #: Logit given to masked-out actions (sb3-contrib's value)
 MASKED_LOGIT = -1e8
+#: Features extractor modules (exact types) without parameters, state or randomness: an extractor built only of these
+#: is a fixed function of the observation (``GRPOPolicy.has_static_features``)
+STATIC_EXTRACTOR_MODULES: tuple[type[nn.Module], ...] = (
+    FlattenExtractor,
+    CombinedExtractor,
+    nn.Flatten,
+    nn.ModuleDict,
+    nn.Identity,
+)
 
 
 def categorical_log_prob_entropy(
@@ -189,17 +198,43 @@ class GRPOPolicy(BasePolicy):
         """Whether the action distribution accepts invalid action masks."""
         return isinstance(self.action_dist, MaskableDistribution)
 
-    def get_distribution(self, obs: PyTorchObs, action_masks: MaybeMasks = None) -> Distribution:
+    @property
+    def has_static_features(self) -> bool:
         """
-        Action distribution for the given observations, with masks applied.
+        Whether the features extractor is a fixed function of the observation, so that its output on a rollout can
+        be computed once per update instead of once per minibatch and epoch (:meth:`static_features`).
 
-        :param obs: Observation (tensor or dict of tensors, already batched)
-        :param action_masks: Boolean masks of allowed actions, shape ``(batch, sum(action_dims))``; None = no masking
-        :return: The action distribution
+        True when the extractor has no parameters and no buffers and is built only of modules known to be
+        deterministic (SB3's ``FlattenExtractor`` and ``CombinedExtractor`` over flattened inputs, ``nn.Flatten``,
+        ``nn.ModuleDict``, ``nn.Identity``; exact types, not subclasses); False for a CNN or any learned extractor.
         """
-        features = self.extract_features(obs, self.features_extractor)
-        latent_pi = self.actor_net(features)
-        mean_actions = self.action_net(latent_pi)
+        extractor = self.features_extractor
+        return (
+            next(extractor.parameters(), None) is None
+            and next(extractor.buffers(), None) is None
+            and all(type(module) in STATIC_EXTRACTOR_MODULES for module in extractor.modules())
+        )
+
+    def static_features(self, obs: PyTorchObs) -> th.Tensor:
+        """
+        The features extractor's output (observation preprocessing included) on ``obs``, without autograd.
+
+        Only valid when :attr:`has_static_features`: the features then do not depend on the policy's parameters, and
+        :meth:`evaluate_features` on rows of them gives what :meth:`evaluate_actions` gives on the observations.
+
+        :param obs: Observations (tensor or dict of tensors, already batched)
+        :return: Features, ``(batch, features_dim)``
+        """
+        if not self.has_static_features:
+            raise ValueError(
+                f"{type(self.features_extractor).__name__} has parameters or state: its features change with them"
+            )
+        with th.no_grad():
+            return self.extract_features(obs, self.features_extractor)  # type: ignore[return-value]
+
+    def _distribution_from_features(self, features: th.Tensor, action_masks: MaybeMasks = None) -> Distribution:
+        """Action distribution given the features extractor's output, with masks applied."""
+        mean_actions = self.action_net(self.actor_net(features))
         if isinstance(self.action_dist, DiagGaussianDistribution):
             if action_masks is not None:
                 raise ValueError("Action masking is not supported for Box action spaces")
@@ -208,6 +243,16 @@ class GRPOPolicy(BasePolicy):
         if action_masks is not None:
             distribution.apply_masking(action_masks)  # type: ignore[attr-defined]
         return distribution
+
+    def get_distribution(self, obs: PyTorchObs, action_masks: MaybeMasks = None) -> Distribution:
+        """
+        Action distribution for the given observations, with masks applied.
+
+        :param obs: Observation (tensor or dict of tensors, already batched)
+        :param action_masks: Boolean masks of allowed actions, shape ``(batch, sum(action_dims))``; None = no masking
+        :return: The action distribution
+        """
+        return self._distribution_from_features(self.extract_features(obs, self.features_extractor), action_masks)  # type: ignore[arg-type]
 
     def forward(  # type: ignore[override]
         self,
@@ -243,13 +288,29 @@ class GRPOPolicy(BasePolicy):
         :param action_masks: Action masks to apply to the action distribution
         :return: log likelihood of the actions (shape ``(batch,)``) and entropy of the distribution (shape ``(batch,)``)
         """
+        return self.evaluate_features(self.extract_features(obs, self.features_extractor), actions, action_masks)  # type: ignore[arg-type]
+
+    def evaluate_features(
+        self,
+        features: th.Tensor,
+        actions: th.Tensor,
+        action_masks: MaybeMasks = None,
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """
+        :meth:`evaluate_actions` given the features extractor's output instead of the observations.
+
+        :param features: Output of the features extractor, ``(batch, features_dim)`` (e.g. rows of
+            :meth:`static_features`)
+        :param actions: Actions (long for discrete spaces), shape ``(batch, *action_space.shape)``
+        :param action_masks: Action masks to apply to the action distribution
+        :return: log likelihood of the actions (shape ``(batch,)``) and entropy of the distribution (shape ``(batch,)``)
+        """
         if isinstance(self.action_space, spaces.Discrete):
             # Same values as the masked Categorical distribution, without building one (a third of the update time
             # of a small MLP went into constructing and validating torch distributions)
-            features = self.extract_features(obs, self.features_extractor)
             logits = self.action_net(self.actor_net(features))
             return categorical_log_prob_entropy(logits, actions, action_masks)
-        distribution = self.get_distribution(obs, action_masks)
+        distribution = self._distribution_from_features(features, action_masks)
         log_prob = distribution.log_prob(actions)
         entropy = distribution.entropy()
         assert entropy is not None
