@@ -403,8 +403,8 @@ class GroupRolloutBuffer:
         """
         Iterate over minibatches of the kept steps (one full pass).
 
-        The kept steps are permuted once per pass (one ``index_select`` per tensor); minibatches are then contiguous
-        slices.
+        The kept steps are permuted once per pass (one ``index_select`` per tensor, slices for the minibatches),
+        except the observations (or ``features``), the largest tensors, which are gathered per minibatch.
 
         :param batch_size: Number of steps per minibatch; None = all kept steps in a single minibatch.
             The last minibatch may be smaller.
@@ -421,19 +421,21 @@ class GroupRolloutBuffer:
             raise ValueError(f"features has {features.shape[0]} rows, expected one per kept step ({total})")
         if batch_size is None or batch_size <= 0:
             batch_size = max(total, 1)
-        tensors = self._tensors if features is None else self._tensors | {"observations": features}
+        observations = self._tensors["observations"] if features is None else features
         if shuffle:
             order = th.randperm(total, device=self.device)
-            data = {key: _gather(value, order) for key, value in tensors.items()}
+            data = {key: _gather(value, order) for key, value in self._tensors.items() if key != "observations"}
             ref = _gather(self.ref_log_probs, order)
         else:
             order = th.arange(total, device=self.device)
-            data, ref = tensors, self.ref_log_probs
+            data, ref = self._tensors, self.ref_log_probs
         order_np = order.cpu().numpy()
         for start in range(0, total, batch_size):
             end = start + batch_size
+            # the observations (the largest tensors) are gathered per minibatch: still in cache when the policy reads them
+            batch_observations = _gather(observations, order[start:end]) if shuffle else _slice(observations, start, end)
             yield GroupRolloutBufferSamples(
-                observations=_slice(data["observations"], start, end),  # type: ignore[arg-type]
+                observations=batch_observations,
                 actions=data["actions"][start:end],
                 old_log_prob=data["old_log_prob"][start:end],
                 advantages=data["advantages"][start:end],

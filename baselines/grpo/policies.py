@@ -254,7 +254,8 @@ class GRPOPolicy(BasePolicy):
         :param action_masks: Boolean masks of allowed actions, shape ``(batch, sum(action_dims))``; None = no masking
         :return: The action distribution
         """
-        return self._distribution_from_features(self.extract_features(obs, self.features_extractor), action_masks)  # type: ignore[arg-type]
+        features = self.extract_features(obs, self.features_extractor)
+        return self._distribution_from_features(features, action_masks)  # type: ignore[arg-type]
 
     def forward(  # type: ignore[override]
         self,
@@ -290,7 +291,8 @@ class GRPOPolicy(BasePolicy):
         :param action_masks: Action masks to apply to the action distribution
         :return: log likelihood of the actions (shape ``(batch,)``) and entropy of the distribution (shape ``(batch,)``)
         """
-        return self.evaluate_features(self.extract_features(obs, self.features_extractor), actions, action_masks)  # type: ignore[arg-type]
+        features = self.extract_features(obs, self.features_extractor)
+        return self.evaluate_features(features, actions, action_masks)  # type: ignore[arg-type]
 
     def evaluate_features(
         self,
