@@ -53,6 +53,30 @@ def heuristic_reference(env_id: str, episodes: int) -> list[dict[str, Any]]:
     return out
 
 
+def update_time_per_sample_epoch(record: dict[str, Any]) -> float | None:
+    """
+    A run's update time per env step and epoch: ``update_s / (num_timesteps x n_epochs)``, in seconds.
+
+    ``n_epochs`` is the run's ``train_overrides["n_epochs"]``, else ``TrainConfig``'s default. The steps are the
+    collected ones: PPO trains on all of them, GRPO on those of its untied groups (its tie filter may leave some out).
+    ``update_s`` is the time between rollouts (``train()`` plus logging), as ``bench_lib`` records it.
+
+    :param record: A run record of ``bench_lib.run_in_process``
+    :return: Seconds per step and epoch; None when the record lacks ``update_s`` or ``num_timesteps``
+    """
+    update_s, steps = record.get("update_s"), record.get("num_timesteps")
+    if update_s is None or not steps:
+        return None
+    overrides = record.get("spec", {}).get("train_overrides", {})
+    if "n_epochs" in overrides:
+        n_epochs = int(overrides["n_epochs"])
+    else:
+        from baselines.training import TrainConfig
+
+        n_epochs = int(TrainConfig.__dataclass_fields__["n_epochs"].default)
+    return float(update_s) / (int(steps) * n_epochs)
+
+
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The ``summary`` object: per algorithm figures plus GRPO/PPO ratios and target checks."""
     summary: dict[str, Any] = {}
@@ -60,6 +84,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for algo, recs in runs.items():
         finals = [r["final"]["success"] for r in recs]
         mean, ci = mean_ci95(finals)
+        per_sample_epoch = [update_time_per_sample_epoch(r) for r in recs]
         ttt = [time_to_target(r, ppo_final)[0] for r in recs] if ppo_final is not None else []
         stt = [time_to_target(r, ppo_final)[1] for r in recs] if ppo_final is not None else []
         summary[algo] = {
@@ -74,6 +99,9 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "wall_time_s": float(np.median([r["wall_time_s"] for r in recs])),
             "rollout_time_s": float(np.median([r["rollout_s"] for r in recs])),
             "update_time_s": float(np.median([r["update_s"] for r in recs])),
+            "update_time_per_sample_epoch_s": (
+                None if None in per_sample_epoch else float(np.median(per_sample_epoch))  # type: ignore[arg-type]
+            ),
             "env_steps": int(np.median([r["num_timesteps"] for r in recs])),
             "time_to_target_s": median_or_none(ttt),
             "env_steps_to_target": median_or_none([None if s is None else float(s) for s in stt]),
@@ -93,6 +121,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "wall_time_s": ratio(g["wall_time_s"], p["wall_time_s"]),
             "rollout_time_s": ratio(g["rollout_time_s"], p["rollout_time_s"]),
             "update_time_s": ratio(g["update_time_s"], p["update_time_s"]),
+            "update_time_per_sample_epoch_s": ratio(g["update_time_per_sample_epoch_s"], p["update_time_per_sample_epoch_s"]),
             "time_to_target_s": ratio(g["time_to_target_s"], p["time_to_target_s"]),
             "env_steps_to_target": ratio(g["env_steps_to_target"], p["env_steps_to_target"]),
         }

@@ -38,8 +38,9 @@ from benchmarks.study import (
 REPO = Path(__file__).resolve().parent.parent
 #: Keys whose values are measurements of the machine (times, memory) or of the invocation, not results.
 VOLATILE = {"command", "date_utc", "machine", "versions", "wall_time_s", "rollout_s", "update_s", "eval_s", "train_time_s",
-            "peak_rss_bytes", "cuda_peak_bytes", "rollout_time_s", "update_time_s", "time_to_target_s", "grpo_over_ppo",
-            "targets", "source", "source_path", "out_dir", "latency_ms", "memory", "wall_time_over_base"}  # fmt: skip
+            "peak_rss_bytes", "cuda_peak_bytes", "rollout_time_s", "update_time_s", "update_time_per_sample_epoch_s",
+            "time_to_target_s", "grpo_over_ppo", "targets", "source", "source_path", "out_dir", "latency_ms", "memory",
+            "wall_time_over_base"}  # fmt: skip
 
 
 def run_script(args: list[str], timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
@@ -439,3 +440,35 @@ def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
     proc = run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
                        "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=300)  # fmt: skip
     assert "4 finished before, 0 to run" in proc.stdout  # a rerun skips finished trials and starts no Tuner
+
+
+def bench_record(algo: str, seed: int, update_s: float, steps: int, **overrides: Any) -> dict[str, Any]:
+    """A ``run_in_process`` record with what ``grpo_vs_ppo.summarise`` reads."""
+    point = {"env_steps": steps, "train_time_s": 10.0, "success": 0.5, "return": 0.1}
+    spec = asdict(RunSpec(algo=algo, seed=seed, total_timesteps=steps, train_overrides=overrides))
+    return {"spec": spec, "num_timesteps": steps, "wall_time_s": 20.0, "rollout_s": 20.0 - update_s, "update_s": update_s,
+            "trainable_params": 100, "optimizer_state_bytes": 800, "peak_rss_bytes": 2**20, "cuda_peak_bytes": None,
+            "curve": [point], "final": point}  # fmt: skip
+
+
+def test_grpo_vs_ppo_summary_update_time_per_sample_epoch():
+    from benchmarks.grpo_vs_ppo import markdown, summarise, update_time_per_sample_epoch
+
+    runs = {
+        # TrainConfig's default of 4 epochs; medians over seeds: 4.0 s over 1000 steps
+        "grpo": [bench_record("grpo", 0, 4.0, 1000), bench_record("grpo", 1, 6.0, 1000), bench_record("grpo", 2, 3.0, 1000)],
+        # 10 epochs (as in SB3), 2000 steps: 20 s
+        "ppo": [bench_record("ppo", s, 20.0, 2000, n_epochs=10) for s in (0, 1)],
+    }
+    assert update_time_per_sample_epoch(runs["ppo"][0]) == pytest.approx(20.0 / (2000 * 10))
+    summary = summarise(runs)
+    assert summary["grpo"]["update_time_per_sample_epoch_s"] == pytest.approx(4.0 / (1000 * 4))
+    assert summary["ppo"]["update_time_per_sample_epoch_s"] == pytest.approx(1e-3)
+    ratios = summary["grpo_over_ppo"]
+    assert ratios["update_time_s"] == pytest.approx(4.0 / 20.0)  # the ratio of total update times is kept
+    assert ratios["update_time_per_sample_epoch_s"] == pytest.approx(1.0)
+    settings = {"command": "x", "timesteps": 1000, "seeds": [0, 1], "net_arch": [8], "eval_every": 500, "eval_episodes": 3}
+    assert "| update_time_per_sample_epoch_s | 1.00 |" in markdown(summary, [], settings, "test machine")
+    # a record without the update time or the step count has no per-sample figure
+    assert update_time_per_sample_epoch({k: v for k, v in runs["grpo"][0].items() if k != "update_s"}) is None
+    assert update_time_per_sample_epoch(runs["grpo"][0] | {"num_timesteps": 0}) is None
