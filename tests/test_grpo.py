@@ -523,7 +523,7 @@ def test_static_features_only_for_known_parameter_free_extractors():
     assert not GRPO("CnnPolicy", image_env).policy.has_static_features
     learned = GRPO("MultiInputPolicy", dict_env, policy_kwargs={"features_extractor_class": LearnedDictExtractor})
     assert not learned.policy.has_static_features
-    with pytest.raises(ValueError, match="has parameters or state"):
+    with pytest.raises(ValueError, match="not a fixed function of the observation"):
         learned.policy.static_features(obs_as_tensor(dict_env.observation_space.sample(), "cpu"))
     subclassed = GRPO("MlpPolicy", "CartPole-v1", policy_kwargs={"features_extractor_class": SubclassedFlattenExtractor})
     assert not subclassed.policy.has_static_features

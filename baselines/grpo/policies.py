@@ -229,7 +229,8 @@ class GRPOPolicy(BasePolicy):
         """
         if not self.has_static_features:
             raise ValueError(
-                f"{type(self.features_extractor).__name__} has parameters or state: its features change with them"
+                f"{type(self.features_extractor).__name__} is not a fixed function of the observation "
+                "(it has parameters or buffers, or modules of types not in STATIC_EXTRACTOR_MODULES)"
             )
         with th.no_grad():
             return self.extract_features(obs, self.features_extractor)  # type: ignore[return-value]
