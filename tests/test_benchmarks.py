@@ -439,3 +439,65 @@ def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
     proc = run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
                        "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=300)  # fmt: skip
     assert "4 finished before, 0 to run" in proc.stdout  # a rerun skips finished trials and starts no Tuner
+
+
+def test_sim_to_real_simulated_column_is_resumable_and_compares_backends(tmp_path):
+    """The simulated half of benchmarks/sim_to_real.py end to end (the real half needs the model server: it is
+    exercised by the README command), then the summary with a real column written as the records would be."""
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+    from baselines.grpo import GRPO
+    from benchmarks import sim_to_real
+
+    model = tmp_path / "grpo_tiny.zip"
+    GRPO("MultiInputPolicy", gym.make("EDO-v0"), seed=0, policy_kwargs={"net_arch": [8]}).save(model)
+    argv = [
+        "--backends",
+        "simulated",
+        "--episodes",
+        "2",
+        "--policies",
+        "static_pipeline",
+        "grpo",
+        "--policy-model",
+        str(model),
+    ]
+    assert sim_to_real.main([*argv, "--out-dir", str(tmp_path)]) == 0
+    payload = json.loads((tmp_path / "sim_to_real.json").read_text())
+    rows = payload["results"]["simulated"]
+    assert set(rows) == {"static_pipeline", "grpo"} and rows["static_pipeline"]["episodes"] == 2
+    assert rows["static_pipeline"]["planner_fallback_rate"] == 0.0  # the simulator writes valid JSON plans
+    records = sorted(p.name for p in (tmp_path / "records" / "sim_to_real").iterdir())
+    assert records == ["simulated-grpo-n2-s0.json", "simulated-static_pipeline-n2-s0.json"]
+    # a rerun reuses the records (a changed record shows that it was read, not recomputed)
+    path = tmp_path / "records" / "sim_to_real" / records[1]
+    saved = json.loads(path.read_text())
+    saved["row"]["success_rate"] = 0.123
+    path.write_text(json.dumps(saved))
+    real = dict(
+        saved["row"],
+        success_rate=0.0,
+        tokens=saved["row"]["tokens"] + 100,
+        backend_calls={"real": 3, "cached": 1, "failed": 0},
+    )
+    (tmp_path / "records" / "sim_to_real" / "real-static_pipeline-n2-s0.json").write_text(json.dumps({"row": real}))
+    assert (
+        sim_to_real.main(
+            [*argv, "--backends", "simulated", "real", "--policies", "static_pipeline", "--out-dir", str(tmp_path)]
+        )
+        == 0
+    )
+    payload = json.loads((tmp_path / "sim_to_real.json").read_text())
+    assert payload["results"]["simulated"]["static_pipeline"]["success_rate"] == 0.123
+    assert payload["deltas"]["static_pipeline"]["success"] == pytest.approx(-0.123)
+    assert payload["deltas"]["static_pipeline"]["tokens"] == pytest.approx(100)
+    assert "3 real, 1 from cache, 0 failed" in (tmp_path / "sim_to_real.md").read_text()
+
+
+def test_sim_to_real_rejects_unknown_policies(capsys):
+    from benchmarks import sim_to_real
+
+    with pytest.raises(SystemExit):
+        sim_to_real.main(["--policies", "nobody"])
+    assert "unknown policies ['nobody']" in capsys.readouterr().err
