@@ -317,8 +317,15 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_horizon")
     cell = data["results"]["2"]
-    assert set(cell["heuristics"]) == {"oracle", "greedy_router", "static_pipeline", "random"}
+    assert set(cell["heuristics"]) == {"oracle", "rule_based", "greedy_router", "static_pipeline", "random"}
     assert 0.0 <= cell["algos"]["grpo"]["success"]["mean"] <= 1.0
+    # the fixed-schema file: one value per h for every algorithm and heuristic
+    long = json.loads((tmp_path / "long_horizon.json").read_text())
+    assert long["hops"] == [2]
+    assert set(long["algos"]) == {"grpo"} and set(long["algos"]["grpo"]) == {"success", "success_ci95", "return"}
+    assert long["algos"]["grpo"]["success"] == [cell["algos"]["grpo"]["success"]["mean"]]
+    assert len(long["algos"]["grpo"]["success_ci95"][0]) == 2
+    assert long["heuristics"]["rule_based"]["success"] == [cell["heuristics"]["rule_based"]["success_rate"]]
     run = data["runs"]["h2-grpo-s0"]
     assert run["grpo_stats"], "GRPO group statistics were not recorded"
     assert {"dropped_group_fraction", "all_fail_fraction"} <= set(run["grpo_stats"][0])
