@@ -304,10 +304,26 @@ def test_study_schools_smoke_reads_grpo_vs_ppo_results(tmp_path):
                           for s in (0, 1)]},
     }  # fmt: skip
     (tmp_path / "grpo_vs_ppo.json").write_text(json.dumps(fake))
+    router = {"episodes": 4, "success_rate": 0.25, "mean_return": -0.5, "tokens": 900.0, "calls": 9.0, "latency_s": 20.0,
+              "success_ci95": [0.05, 0.7]}  # fmt: skip
+    s2r = {"settings": {"real": {"model": "SmolLM2-135M-Instruct-Q4_1"}}, "results": {"real": {"llm_router": router}}}
+    (tmp_path / "sim_to_real.json").write_text(json.dumps(s2r))
     run_script(["benchmarks/study_schools.py", "--tiny", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_schools")
-    assert set(data["policies"]) == {"random", "static_pipeline", "greedy_router", "oracle", "grpo"}
+    assert set(data["policies"]) == {
+        "random",
+        "static_pipeline",
+        "rule_based",
+        "greedy_router",
+        "oracle",
+        "grpo",
+        "llm_router",
+    }
     assert data["policies"]["grpo"]["learned"] and data["policies"]["grpo"]["success"] == 0.5
+    llm = data["policies"]["llm_router"]
+    assert llm["separate"] and llm["success"] == 0.25 and llm["episodes"] == 4 and llm["cost_reward_units"] == 0.75
+    assert "llm_router" not in data["pareto_tokens"] + data["pareto_cost"]  # other tasks, other backend
+    assert "SmolLM2-135M-Instruct-Q4_1" in (tmp_path / "study_schools.md").read_text()
     assert data["settings"]["eval_episodes"] == 3 and data["settings"]["source_path"] is not None
     assert data["completeness"]["planned"] == 0
     assert (tmp_path / "study_schools.png").is_file()
