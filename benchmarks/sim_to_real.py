@@ -242,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.policies) - set(DEFAULT_POLICIES))
     if unknown:
         p.error(f"unknown policies {unknown}; choose from {list(DEFAULT_POLICIES)}")
-    args.llm_cache = args.llm_cache or str(args.out_dir / NAME / "llm_cache")
+    if args.llm_cache is None:  # a directory: the cache is <out-dir>/sim_to_real/llm_cache/llm_cache.sqlite
+        (args.out_dir / NAME / "llm_cache").mkdir(parents=True, exist_ok=True)
+        args.llm_cache = str(args.out_dir / NAME / "llm_cache")
     record_dir = args.out_dir / "records" / NAME
     record_dir.mkdir(parents=True, exist_ok=True)
 
