@@ -2,7 +2,7 @@
 
 GRPO's advantage is the group-normalised episode outcome. As the number of hops grows, success gets rarer, more
 groups have no successful member, and the only signal left in a group is the spread of its costs. This study
-trains GRPO, PPO (and MaskablePPO in the full run) on multihop-only tasks with exactly ``h`` hops
+trains GRPO, GiGPO, PPO and MaskablePPO (GRPO and PPO in the quick tier) on multihop-only tasks with exactly ``h`` hops
 (``tasks={"families": ["multihop"], "min_hops": h, "max_hops": h}``) for h = 2..12, with the same env-step
 budget and seeds at every h, and evaluates each model on the first ``eval_episodes`` held-out tasks. The oracle,
 greedy router, static pipeline and random policies are evaluated on the same tasks for reference. For GRPO it
@@ -11,23 +11,31 @@ returns tied, and the fraction of groups in which every member failed.
 
 Usage::
 
-    python benchmarks/study_horizon.py            # full: h = 2,4,...,12, 3 seeds, GRPO/PPO/MaskablePPO, 150k steps
+    python benchmarks/study_horizon.py            # full: h = 2,4,...,12, 3 seeds, GRPO/GiGPO/PPO/MaskablePPO, 150k steps
     python benchmarks/study_horizon.py --quick    # h = 2,4,8,12, 2 seeds, GRPO/PPO, 12k steps, 60 tasks
     python benchmarks/study_horizon.py --hops 2 6 12 --algos grpo ppo --seeds 0 1
 
 Results: ``benchmarks/results/study_horizon.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``results`` (per h: ``algos`` -> figures, ``heuristics`` -> EvalResult dicts), ``gap_grpo_minus_ppo``,
-``conclusion``, ``runs``.
+``conclusion``, ``runs``; and ``long_horizon.json`` in the fixed schema ``{"hops": [...], "algos": {name: {"success",
+"success_ci95", "return"}}, "heuristics": {name: {"success"}}}`` (one value per h; ``null`` where a cell has no run).
+
+Budget (full): 150k env steps per run, half of ``make train``'s 300k, so that the 72 runs (6 h x 4 algorithms x 3
+seeds) fit in about 1.5-2 hours on 2 cores (one run at a time) and can be resumed across sessions; at 2 hops every
+algorithm has converged well before 150k (see the quick tier), and the question at 6-12 hops is whether any signal
+arrives at all, which the per-rollout group statistics answer.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import write_json_atomic  # noqa: E402
 from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
 from benchmarks.summary import (  # noqa: E402
     difference,
@@ -43,8 +51,10 @@ from benchmarks.summary import (  # noqa: E402
 )
 
 NAME = "study_horizon"
-ALGOS = ("grpo", "ppo", "maskable_ppo")
-HEURISTICS = ("oracle", "greedy_router", "static_pipeline", "random")
+ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
+HEURISTICS = ("oracle", "rule_based", "greedy_router", "static_pipeline", "random")
+#: The issue's fixed-schema file, written beside study_horizon.json.
+LONG_HORIZON = "long_horizon.json"
 
 
 def grpo_config() -> str:
@@ -143,6 +153,31 @@ def _wilson_half(n: int) -> float:
     return 1.96 * (0.25 / n) ** 0.5
 
 
+def long_horizon(hops: list[int], algos: Sequence[str], results: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``{"hops": [...], "algos": {name: {"success", "success_ci95", "return"}}, "heuristics": {name: {"success"}}}``,
+    one entry per h (``None`` where a cell has no finished run), plus the settings that produced it."""
+
+    def cell(algo: str, h: int, key: str) -> Any:
+        fig = results[str(h)]["algos"].get(algo)
+        if fig is None:
+            return None
+        return list(fig["success"]["ci95"]) if key == "ci95" else fig[key]["mean"]
+
+    return {
+        "hops": hops,
+        "algos": {
+            a: {
+                "success": [cell(a, h, "success") for h in hops],
+                "success_ci95": [cell(a, h, "ci95") for h in hops],
+                "return": [cell(a, h, "return") for h in hops],
+            }
+            for a in algos
+        },
+        "heuristics": {n: {"success": [results[str(h)]["heuristics"][n]["success_rate"] for h in hops]} for n in HEURISTICS},
+        "settings": {k: settings[k] for k in ("command", "timesteps", "seeds", "eval_episodes") if k in settings},
+    }
+
+
 def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     hops = list(cfg.options.hops)
     settings = {**cfg.settings(), "hops": hops, "heuristics": list(HEURISTICS), "env_id": "EDO-v0",
@@ -159,6 +194,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
         gap = {str(h): difference(success_mean(results[str(h)]["algos"]["grpo"]), success_mean(results[str(h)]["algos"]["ppo"]))
                for h in hops}  # fmt: skip
     concl = conclusion(hops, results)
+    write_json_atomic(cfg.out_dir / LONG_HORIZON, long_horizon(hops, cfg.algos, results, settings))
     payload = {"settings": settings, "results": results, "gap_grpo_minus_ppo": gap, "conclusion": concl,
                "runs": runs.by_key()}  # fmt: skip
     return payload, markdown(settings, results, concl)

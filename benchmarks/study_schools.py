@@ -2,13 +2,18 @@
 
 Static pipeline (a fixed script), greedy LLM-style router (reads the state and decides every step; each decision
 is charged on the env ledger by ``GreedyRouter``: 150 tokens, one call, 0.6 s), an oracle that reads hidden state
-(an upper bound, not deployable), a random floor, and learned policies (GRPO, PPO, MaskablePPO), all on the same
+(an upper bound, not deployable), a random floor, and learned policies (GRPO, GiGPO, PPO, MaskablePPO), all on the same
 held-out tasks with the same per-episode seeds.
 
 Learned policies come from ``grpo_vs_ppo.json`` when it exists (``--from-results``, default: that file in
 ``--out-dir``, else in ``benchmarks/results``): the final evaluation point of every run
 (``runs[algo][i]["curve"][-1]``), averaged over seeds; the heuristics are then evaluated on that file's env and
 number of held-out tasks. Otherwise (or with ``--train``) they are trained here briefly (``--train-steps``).
+
+The rule-based heuristic (the strongest observation-only hand-written policy) is a row of its own. The LLM router
+with a real language model (SmolLM2-135M served locally) comes from ``sim_to_real.json`` when it exists
+(``--llm-router-from``): it ran on its own held-out tasks with the real backend, so it is shown beside the table and
+kept out of the Pareto fronts.
 
 Cost axes: mean tokens per episode, and mean cost per episode in reward units = success - return (the reward is
 ``success_reward`` (1, exact match only on EDO-v0 defaults) minus the weighted tokens, calls and latency, minus
@@ -42,14 +47,20 @@ from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, 
 from benchmarks.summary import header, heuristic_results, pyplot  # noqa: E402
 
 NAME = "study_schools"
-ALGOS = ("grpo", "ppo", "maskable_ppo")
+ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
 SOURCE = "grpo_vs_ppo"
+#: The LLM router's row comes from the sim-to-real benchmark (a real model; its own tasks and backend).
+LLM_SOURCE = "sim_to_real"
+HEURISTIC_ROWS = ("random", "static_pipeline", "rule_based", "greedy_router", "oracle")
 SCHOOLS = {
     "random": "random floor",
     "static_pipeline": "static pipeline",
+    "rule_based": "hand-written rules (observation only)",
     "greedy_router": "LLM router (greedy, charged per decision)",
     "oracle": "oracle (reads hidden state; not deployable)",
     "grpo": "learned (RL)",
+    "gigpo": "learned (RL)",
+    "llm_router": "LLM router (real SmolLM2-135M deciding every step; sim_to_real.json: its own tasks, real backend)",
     "ppo": "learned (RL)",
     "maskable_ppo": "learned (RL)",
 }
@@ -104,9 +115,29 @@ def _mean_point(finals: list[dict[str, Any]], seeds: list[int], steps: int) -> d
     }
 
 
+def llm_router_row(cfg: StudyConfig) -> dict[str, Any] | None:
+    """The LLM router with the real model, from ``sim_to_real.json`` (``--llm-router-from``, default: that file in
+    ``--out-dir``, else in ``benchmarks/results``); None when there is none."""
+    given = cfg.options.llm_router_from
+    candidates = [Path(given)] if given else [cfg.out_dir / f"{LLM_SOURCE}.json", RESULTS_DIR / f"{LLM_SOURCE}.json"]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        if given:
+            raise SystemExit(f"--llm-router-from {given}: no such file (run benchmarks/sim_to_real.py first)")
+        return None
+    data = json.loads(path.read_text())
+    row = data.get("results", {}).get("real", {}).get("llm_router")
+    if row is None:
+        return None
+    return {"school": SCHOOLS["llm_router"], "learned": False, "separate": True, "source_path": str(path),
+            "episodes": row["episodes"], "model": data["settings"]["real"].get("model"), "success": row["success_rate"],
+            "return": row["mean_return"], "tokens": row["tokens"], "calls": row["calls"], "latency_s": row["latency_s"],
+            "success_ci95": row["success_ci95"], "cost_reward_units": row["success_rate"] - row["mean_return"]}  # fmt: skip
+
+
 def pareto(policies: dict[str, dict[str, Any]], cost_key: str) -> list[str]:
     """Deployable policies (oracle excluded) that no other deployable policy beats on both success and cost."""
-    names = [n for n in policies if n != "oracle"]
+    names = [n for n in policies if n != "oracle" and not policies[n].get("separate")]
     front = []
     for n in names:
         p = policies[n]
@@ -134,6 +165,8 @@ def markdown(settings: dict[str, Any], policies: dict[str, Any], front_tok: list
     for name, p in sorted(policies.items(), key=lambda kv: kv[1]["tokens"]):
         n = len(p["seeds"]) if p["learned"] else 0
         extra = f" ({n} seed{'s' if n > 1 else ''}, {p['env_steps']:,} steps)" if p["learned"] else ""
+        if p.get("separate"):
+            extra = f" ({p['episodes']} tasks, {p['model']})"
         lines.append(
             f"| {name}{extra} | {p['school']} | {p['success']:.3f} | {p['return']:+.3f} | {p['tokens']:.0f} | {p['calls']:.1f} "
             f"| {p['latency_s']:.1f} | {p['cost_reward_units']:.3f} |"
@@ -141,9 +174,18 @@ def markdown(settings: dict[str, Any], policies: dict[str, Any], front_tok: list
     lines += ["", "## What this shows", "",
               f"- Success/tokens Pareto front of the deployable policies (cheapest first): {', '.join(front_tok)}.",
               f"- Success/cost (reward units) Pareto front: {', '.join(front_cost)}."]  # fmt: skip
-    best = max((n for n in policies if n != "oracle"), key=lambda n: policies[n]["success"])  # heuristics always exist
+    best = max(
+        (n for n in policies if n != "oracle" and not policies[n].get("separate")), key=lambda n: policies[n]["success"]
+    )  # heuristics always exist
     lines.append(f"- Highest success among deployable policies: {best} ({policies[best]['success']:.3f}); the oracle "
                  f"reaches {policies['oracle']['success']:.3f}.")  # fmt: skip
+    if "llm_router" in policies:
+        r = policies["llm_router"]
+        lines.append(
+            f"- The LLM router with a real model ({r['model']}, {r['episodes']} tasks of its own, real backend, from "
+            f"`{r['source_path']}`) reaches {r['success']:.3f} at {r['tokens']:.0f} tokens per episode; it is not on the "
+            "fronts above, which compare policies on the same tasks and backend."
+        )
     if "greedy_router" in policies:
         g = policies["greedy_router"]
         lines.append(
@@ -198,7 +240,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
         steps = runs.planned[0].spec.total_timesteps if runs.planned else cfg.budget.timesteps
         source = f"trained here, {steps:,} env steps x seeds {list(cfg.budget.seeds)}"
     print(f"heuristics on {episodes} held-out {env_id} tasks ...", flush=True)
-    heur = heuristic_results(env_id, {}, ["random", "static_pipeline", "greedy_router", "oracle"], episodes)
+    heur = heuristic_results(env_id, {}, list(HEURISTIC_ROWS), episodes)
     policies: dict[str, Any] = {}
     for name, h in heur.items():
         policies[name] = {"school": SCHOOLS[name], "learned": False, "success": h["success_rate"], "return": h["mean_return"],
@@ -208,12 +250,15 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     for p in policies.values():
         p["cost_reward_units"] = p["success"] - p["return"]
     front_tok, front_cost = pareto(policies, "tokens"), pareto(policies, "cost_reward_units")
+    llm_row = llm_router_row(cfg)
+    if llm_row is not None:  # beside the table, outside the Pareto fronts: other tasks, other backend
+        policies["llm_router"] = llm_row
     trained_here = source_file is None
     settings = {"command": cfg.command, "mode": cfg.tier, "env_id": env_id, "eval_episodes": episodes, "source": source,
                 "source_path": None if trained_here else str(source_file), "algos": list(learned),
                 "seeds": list(cfg.budget.seeds) if trained_here else None,
                 "train_steps": (cfg.options.train_steps or cfg.budget.timesteps) if trained_here else None}  # fmt: skip
-    deployable = [n for n in policies if n != "oracle"]
+    deployable = [n for n in policies if n not in ("oracle", "llm_router")]
     concl = {"pareto_tokens": front_tok, "pareto_cost": front_cost,
              "best_deployable": max(deployable, key=lambda n: policies[n]["success"]),
              "collapsed_learned": [a for a in learned if policies[a]["calls"] < 0.5]}  # fmt: skip
@@ -232,6 +277,7 @@ STUDY = Study(
         Option("--train", store_true=True, help=f"train the learned policies here even if {SOURCE}.json exists"),
         Option("--train-steps", None, "env steps per learned run when training here (a synonym of --timesteps)", type=int),
         Option("--env", "EDO-v0", "env id"),
+        Option("--llm-router-from", None, f"{LLM_SOURCE}.json to read the real-model LLM router's row from"),
     ),
     points=points,
     spec=spec,

@@ -305,10 +305,26 @@ def test_study_schools_smoke_reads_grpo_vs_ppo_results(tmp_path):
                           for s in (0, 1)]},
     }  # fmt: skip
     (tmp_path / "grpo_vs_ppo.json").write_text(json.dumps(fake))
+    router = {"episodes": 4, "success_rate": 0.25, "mean_return": -0.5, "tokens": 900.0, "calls": 9.0, "latency_s": 20.0,
+              "success_ci95": [0.05, 0.7]}  # fmt: skip
+    s2r = {"settings": {"real": {"model": "SmolLM2-135M-Instruct-Q4_1"}}, "results": {"real": {"llm_router": router}}}
+    (tmp_path / "sim_to_real.json").write_text(json.dumps(s2r))
     run_script(["benchmarks/study_schools.py", "--tiny", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_schools")
-    assert set(data["policies"]) == {"random", "static_pipeline", "greedy_router", "oracle", "grpo"}
+    assert set(data["policies"]) == {
+        "random",
+        "static_pipeline",
+        "rule_based",
+        "greedy_router",
+        "oracle",
+        "grpo",
+        "llm_router",
+    }
     assert data["policies"]["grpo"]["learned"] and data["policies"]["grpo"]["success"] == 0.5
+    llm = data["policies"]["llm_router"]
+    assert llm["separate"] and llm["success"] == 0.25 and llm["episodes"] == 4 and llm["cost_reward_units"] == 0.75
+    assert "llm_router" not in data["pareto_tokens"] + data["pareto_cost"]  # other tasks, other backend
+    assert "SmolLM2-135M-Instruct-Q4_1" in (tmp_path / "study_schools.md").read_text()
     assert data["settings"]["eval_episodes"] == 3 and data["settings"]["source_path"] is not None
     assert data["completeness"]["planned"] == 0
     assert (tmp_path / "study_schools.png").is_file()
@@ -318,8 +334,15 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_horizon")
     cell = data["results"]["2"]
-    assert set(cell["heuristics"]) == {"oracle", "greedy_router", "static_pipeline", "random"}
+    assert set(cell["heuristics"]) == {"oracle", "rule_based", "greedy_router", "static_pipeline", "random"}
     assert 0.0 <= cell["algos"]["grpo"]["success"]["mean"] <= 1.0
+    # the issue's fixed-schema file: one value per h for every algorithm and heuristic
+    long = json.loads((tmp_path / "long_horizon.json").read_text())
+    assert long["hops"] == [2]
+    assert set(long["algos"]) == {"grpo"} and set(long["algos"]["grpo"]) == {"success", "success_ci95", "return"}
+    assert long["algos"]["grpo"]["success"] == [cell["algos"]["grpo"]["success"]["mean"]]
+    assert len(long["algos"]["grpo"]["success_ci95"][0]) == 2
+    assert long["heuristics"]["rule_based"]["success"] == [cell["heuristics"]["rule_based"]["success_rate"]]
     run = data["runs"]["h2-grpo-s0"]
     assert run["grpo_stats"], "GRPO group statistics were not recorded"
     assert {"dropped_group_fraction", "all_fail_fraction"} <= set(run["grpo_stats"][0])
@@ -440,6 +463,68 @@ def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
     proc = run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
                        "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=300)  # fmt: skip
     assert "4 finished before, 0 to run" in proc.stdout  # a rerun skips finished trials and starts no Tuner
+
+
+def test_sim_to_real_simulated_column_is_resumable_and_compares_backends(tmp_path):
+    """The simulated half of benchmarks/sim_to_real.py end to end (the real half needs the model server: it is
+    exercised by the README command), then the summary with a real column written as the records would be."""
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+    from baselines.grpo import GRPO
+    from benchmarks import sim_to_real
+
+    model = tmp_path / "grpo_tiny.zip"
+    GRPO("MultiInputPolicy", gym.make("EDO-v0"), seed=0, policy_kwargs={"net_arch": [8]}).save(model)
+    argv = [
+        "--backends",
+        "simulated",
+        "--episodes",
+        "2",
+        "--policies",
+        "static_pipeline",
+        "grpo",
+        "--policy-model",
+        str(model),
+    ]
+    assert sim_to_real.main([*argv, "--out-dir", str(tmp_path)]) == 0
+    payload = json.loads((tmp_path / "sim_to_real.json").read_text())
+    rows = payload["results"]["simulated"]
+    assert set(rows) == {"static_pipeline", "grpo"} and rows["static_pipeline"]["episodes"] == 2
+    assert rows["static_pipeline"]["planner_fallback_rate"] == 0.0  # the simulator writes valid JSON plans
+    records = sorted(p.name for p in (tmp_path / "records" / "sim_to_real").iterdir())
+    assert records == ["simulated-grpo-n2-s0.json", "simulated-static_pipeline-n2-s0.json"]
+    # a rerun reuses the records (a changed record shows that it was read, not recomputed)
+    path = tmp_path / "records" / "sim_to_real" / records[1]
+    saved = json.loads(path.read_text())
+    saved["row"]["success_rate"] = 0.123
+    path.write_text(json.dumps(saved))
+    real = dict(
+        saved["row"],
+        success_rate=0.0,
+        tokens=saved["row"]["tokens"] + 100,
+        backend_calls={"real": 3, "cached": 1, "failed": 0},
+    )
+    (tmp_path / "records" / "sim_to_real" / "real-static_pipeline-n2-s0.json").write_text(json.dumps({"row": real}))
+    assert (
+        sim_to_real.main(
+            [*argv, "--backends", "simulated", "real", "--policies", "static_pipeline", "--out-dir", str(tmp_path)]
+        )
+        == 0
+    )
+    payload = json.loads((tmp_path / "sim_to_real.json").read_text())
+    assert payload["results"]["simulated"]["static_pipeline"]["success_rate"] == 0.123
+    assert payload["deltas"]["static_pipeline"]["success"] == pytest.approx(-0.123)
+    assert payload["deltas"]["static_pipeline"]["tokens"] == pytest.approx(100)
+    assert "3 real, 1 from cache, 0 failed" in (tmp_path / "sim_to_real.md").read_text()
+
+
+def test_sim_to_real_rejects_unknown_policies(capsys):
+    from benchmarks import sim_to_real
+
+    with pytest.raises(SystemExit):
+        sim_to_real.main(["--policies", "nobody"])
+    assert "unknown policies ['nobody']" in capsys.readouterr().err
 
 
 def bench_record(algo: str, seed: int, update_s: float, steps: int, **overrides: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ same behaviours over HTTP with the real local model are in ``test_llm_client.py`
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import pickle
@@ -244,3 +245,14 @@ def test_several_processes_recording_into_one_cache_lose_nothing_and_agree(tmp_p
         for instruction, text in answers.items():
             k = int(instruction.split()[-1])
             assert replayer.complete(_request(k)).text == text  # every process got the stored answer
+
+
+def test_the_key_is_the_sha256_of_the_canonical_json_of_every_field():
+    """Recorded caches are addressed by this formula: a change of it orphans every recording."""
+    import dataclasses
+    import hashlib
+
+    request = dataclasses.replace(_request(7), inputs=("Paris", "2 km"), documents=("Doc one.", "Doc two."), answer="x")
+    payload = {"model": "m1", "request": dataclasses.asdict(request), "extra": {"top_p": 1.0}}
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    assert request.cache_key("m1", extra={"top_p": 1.0}) == hashlib.sha256(blob.encode()).hexdigest()

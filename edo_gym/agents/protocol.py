@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol, runtime_checkable
 
 #: Who is called.
@@ -85,9 +85,15 @@ class LLMRequest:
 
     def cache_key(self, model: str, extra: dict | None = None) -> str:
         """Content address of this request sent to ``model`` (sha256 of the canonical JSON of every field)."""
-        payload = {"model": model, "request": asdict(self), "extra": extra or {}}
+        # the fields are str, int, float and tuples of str: this dict is what ``dataclasses.asdict`` gives (the keys of
+        # recorded caches depend on it; tested), without its recursive deep copy (most of a replayed call's cost)
+        request = {name: getattr(self, name) for name in _REQUEST_FIELDS}
+        payload = {"model": model, "request": request, "extra": extra or {}}
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LLMRequest))
 
 
 @dataclass(frozen=True)
