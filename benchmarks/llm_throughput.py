@@ -264,7 +264,7 @@ def markdown(payload: dict[str, Any]) -> str:
             f"{np.median(rp['edo_steps_per_s'][1:] or rp['edo_steps_per_s']):,.0f} steps/s vs CartPole-v1 "
             f"{np.median(rp['cartpole_steps_per_s']):,.0f} in the same process: **{ratio['median']:.3f}x** "
             f"(IQR {ratio['q25']:.3f}-{ratio['q75']:.3f}; target >= {REPLAY_TARGET}; first pass, which also embeds new "
-            f"query strings: {rp['first_pass_over_cartpole']:.3f}x). Backend calls: {rp['backend_calls']['cached']} from "
+            f"query strings: {rp['first_pass_over_cartpole']:.4f}x, {rp['edo_steps_per_s'][0]:,.0f} steps/s). Backend calls: {rp['backend_calls']['cached']} from "
             f"cache, {rp['backend_calls']['real']} real, {rp['backend_calls']['failed']} failed.",
         ]
     return "\n".join(lines) + "\n"
