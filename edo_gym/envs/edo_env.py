@@ -221,6 +221,8 @@ class EDOEnv(gym.Env):
         self.worker_calls, self.worker_abstained, self.worker_flagged, self.worker_confirmed, self.worker_verifications = (
             self._worker_counts.T
         )
+        self._workers_obs = self._worker_static.copy()  # the worker table, refreshed when a count changed
+        self._workers_dirty = True
         self.history: deque[int] = deque(maxlen=max(self.config.history_len, 1))
         self.final_answer = ""
         self.success = False
@@ -306,6 +308,11 @@ class EDOEnv(gym.Env):
             sub[i, O.C_PRESENT] = 1.0
             sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
         self._sub_static = sub
+        # the subtask table without the current-step marker, kept up to date row by row: a row is recomputed only
+        # when its step's result, verdicts or attempts (or a result it reads) changed (see ``_touch``)
+        self._dependents = [[j for j, s in enumerate(plan.steps) if i in s.deps] for i in range(n)]
+        self._sub_rows = sub.copy()
+        self._dirty_rows: set[int] = set(range(n))
         head = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
         head[O.P_LEN] = n / self.config.max_subtasks
         if plan.confidence is not None:
@@ -397,6 +404,7 @@ class EDOEnv(gym.Env):
             elif kind == "rollback":
                 i = self.done_stack.pop()
                 self.results[i] = None
+                self._touch(i)
                 self.verdicts[i] = []
                 self.verified_by[i] = set()
                 step_cost = CallCost(prompt_tokens=cfg.rollback_tokens)
@@ -512,11 +520,14 @@ class EDOEnv(gym.Env):
         record = worker.run(self.task.text, step.label, instruction, inputs, retrieve, self.np_random, self._seed())
         self.attempts[i] += 1
         self.worker_calls[w] += 1
+        self._workers_dirty = True
+        self._dirty_rows.add(i)
         if record.failed:  # charged, but the step stays undone
             self.failed_calls += 1
         else:
             record.linked = self._answer_linked(record.text)
             self.results[i] = record
+            self._touch(i)
             self.verdicts[i] = []
             self.verified_by[i] = set()
             self.done_stack.append(i)
@@ -539,6 +550,8 @@ class EDOEnv(gym.Env):
         assert record is not None
         check = self.workers[w].verify(self.task.text, self.plan.steps[i].label, i, record, self.np_random, self._seed())
         self.worker_verifications[w] += 1
+        self._workers_dirty = True
+        self._dirty_rows.add(i)
         self.retrieval_fallbacks += check.retrieval_fallback
         if check.failed:  # no verdict: the same worker may be asked again
             self.failed_calls += 1
@@ -579,33 +592,47 @@ class EDOEnv(gym.Env):
     def _answer_linked(self, text: str) -> bool:
         return self.linker.link(text) is not None or first_number(text) is not None
 
+    def _touch(self, i: int) -> None:
+        """Step ``i``'s result changed: its row and the rows of the steps that read it are recomputed."""
+        self._dirty_rows.add(i)
+        self._dirty_rows.update(self._dependents[i])
+
+    def _subtask_row(self, i: int) -> None:
+        """Recompute row ``i`` of the subtask table (all but the current-step marker) from the static row."""
+        row = self._sub_rows[i]
+        row[:] = self._sub_static[i]
+        results = self.results
+        r = results[i]
+        if r is not None:
+            row[O.C_DONE] = 1.0
+            if r.confidence is not None:
+                row[O.C_CONF] = r.confidence
+                row[O.C_CONF_GIVEN] = 1.0
+            row[O.C_RETR] = r.used_retrieval
+            row[O.C_ABSTAIN] = r.abstained
+            row[O.C_LINKED] = r.linked
+        v = self.verdicts[i]
+        if v:
+            row[O.C_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
+            row[O.C_NVERIFY] = min(1.0, len(v) / 4.0)
+        attempts = self.attempts[i]
+        if attempts:
+            row[O.C_ATTEMPTS] = min(1.0, attempts / 4.0)
+        deps = self._deps[i]
+        if not deps or all(results[d] is not None for d in deps):
+            row[O.C_DEPS] = 1.0
+
     def _observation(self) -> dict[str, np.ndarray]:
         cfg = self.config
         mask = self._mask_cache = self._mask()
         n = len(self.plan.steps)
         cur = self.current_step
-        sub = self._sub_static.copy()
-        results, verdicts, attempts = self.results, self.verdicts, self.attempts
-        for i in range(n):
-            row = sub[i]
-            r = results[i]
-            if r is not None:
-                row[O.C_DONE] = 1.0
-                if r.confidence is not None:
-                    row[O.C_CONF] = r.confidence
-                    row[O.C_CONF_GIVEN] = 1.0
-                row[O.C_RETR] = r.used_retrieval
-                row[O.C_ABSTAIN] = r.abstained
-                row[O.C_LINKED] = r.linked
-            v = verdicts[i]
-            if v:
-                row[O.C_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
-                row[O.C_NVERIFY] = min(1.0, len(v) / 4.0)
-            if attempts[i]:
-                row[O.C_ATTEMPTS] = min(1.0, attempts[i] / 4.0)
-            deps = self._deps[i]
-            if not deps or all(results[d] is not None for d in deps):
-                row[O.C_DEPS] = 1.0
+        if self._dirty_rows:
+            for i in self._dirty_rows:
+                self._subtask_row(i)
+            self._dirty_rows.clear()
+        sub = self._sub_rows.copy()
+        results, verdicts = self.results, self.verdicts
         if cur >= 0:
             sub[cur, O.C_CURRENT] = 1.0
         plan = self._plan_static.copy()
@@ -621,8 +648,10 @@ class EDOEnv(gym.Env):
             if verdicts[last]:
                 plan[O.P_LAST_OK - 1 + _VERDICT_CODE[verdicts[last][-1]]] = 1.0
         lim = float(self.step_limit)
-        workers = self._worker_static.copy()
-        np.minimum(self._worker_counts * (1.0 / lim), 1.0, out=workers[:, O.W_CALLS : O.W_VERIFIED + 1])
+        if self._workers_dirty:
+            np.minimum(self._worker_counts * (1.0 / lim), 1.0, out=self._workers_obs[:, O.W_CALLS : O.W_VERIFIED + 1])
+            self._workers_dirty = False
+        workers = self._workers_obs.copy()
         budget = np.array(
             [
                 min(1.0, self.tokens / self.token_budget),
