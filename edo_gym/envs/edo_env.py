@@ -45,6 +45,7 @@ from edo_gym.agents.planner import (
     REPAIR_INSTRUCTION,
     Plan,
     PlanError,
+    PlanStep,
     fallback_plan,
     parse_plan,
 )
@@ -80,6 +81,25 @@ def _world(config: WorldConfig) -> World:
 @functools.lru_cache(maxsize=32)
 def _task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
     return TaskPool(_world(world_config), task_config)
+
+
+@functools.lru_cache(maxsize=50_000)
+def _plan_tables(
+    steps: tuple[PlanStep, ...], max_subtasks: int
+) -> tuple[str, list[tuple[int, ...]], list[list[int]], np.ndarray]:
+    """What only depends on a plan's steps (memoised; the array is read-only): the plan signature of the anchor key,
+    each step's inputs, each step's readers (the steps that use its answer), and the static subtask table."""
+    sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in steps)
+    deps = [s.deps for s in steps]
+    dependents = [[j for j, s in enumerate(steps) if i in s.deps] for i in range(len(steps))]
+    sub = np.zeros((max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
+    for i, step in enumerate(steps):
+        sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
+        sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
+        sub[i, O.C_PRESENT] = 1.0
+        sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
+    sub.setflags(write=False)
+    return sig, deps, dependents, sub
 
 
 class EDOEnv(gym.Env):
@@ -298,20 +318,13 @@ class EDOEnv(gym.Env):
         self.attempts = [0] * n
         self.done_stack: list[int] = []
         self._truth: list[StepTruth] | None = None
-        self._plan_sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in plan.steps)
-        # the parts of the observation that only change with the plan
-        self._deps = [s.deps for s in plan.steps]
-        sub = np.zeros((self.config.max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
-        for i, step in enumerate(plan.steps):
-            sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
-            sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
-            sub[i, O.C_PRESENT] = 1.0
-            sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
-        self._sub_static = sub
+        self._plan_sig, self._deps, self._dependents, self._sub_static = _plan_tables(plan.steps, self.config.max_subtasks)
         # the subtask table without the current-step marker, kept up to date row by row: a row is recomputed only
         # when its step's result, verdicts or attempts (or a result it reads) changed (see ``_touch``)
-        self._dependents = [[j for j, s in enumerate(plan.steps) if i in s.deps] for i in range(n)]
-        self._sub_rows = sub.copy()
+        self._sub_rows = self._sub_static.copy()
+        # running checksums of the anchor key's constant prefix (task and plan); each step continues them
+        prefix = f"{self.task_id}\x1e{self._plan_sig}\x1e".encode()
+        self._anchor_prefix = (zlib.crc32(prefix), zlib.adler32(prefix))
         self._dirty_rows: set[int] = set(range(n))
         head = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
         head[O.P_LEN] = n / self.config.max_subtasks
@@ -679,9 +692,11 @@ class EDOEnv(gym.Env):
         status = ",".join(
             f"{int(r is not None)}{(self.verdicts[i][-1][0] if self.verdicts[i] else '-')}" for i, r in enumerate(self.results)
         )
-        raw = f"{self.task_id}\x1e{self._plan_sig}\x1e{status}\x1e{self.replans}".encode()
-        # two independent 32-bit checksums: stable across processes (unlike hash()), and cheap on every step
-        return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
+        # two independent 32-bit checksums of f"{task_id}\x1e{plan_sig}\x1e{status}\x1e{replans}": stable across
+        # processes (unlike hash()), and cheap on every step (the task and plan prefix is summed once per plan)
+        rest = f"{status}\x1e{self.replans}".encode()
+        crc, adler = self._anchor_prefix
+        return f"{zlib.crc32(rest, crc):08x}{zlib.adler32(rest, adler):08x}"
 
     # -- humans and oracles -------------------------------------------------------------------------------------
     def render(self) -> str | np.ndarray | None:
