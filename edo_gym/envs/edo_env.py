@@ -241,8 +241,9 @@ class EDOEnv(gym.Env):
         self.worker_calls, self.worker_abstained, self.worker_flagged, self.worker_confirmed, self.worker_verifications = (
             self._worker_counts.T
         )
-        self._workers_obs = self._worker_static.copy()  # the worker table, refreshed when a count changed
-        self._workers_dirty = True
+        # the worker table of the observation; ``_count`` updates its cell with each count
+        self._workers_obs = self._worker_static.copy()
+        self._count_scale = np.float32(1.0 / float(self.step_limit))
         self.history: deque[int] = deque(maxlen=max(self.config.history_len, 1))
         self.final_answer = ""
         self.success = False
@@ -532,8 +533,7 @@ class EDOEnv(gym.Env):
         instruction, inputs = self._filled(i)
         record = worker.run(self.task.text, step.label, instruction, inputs, retrieve, self.np_random, self._seed())
         self.attempts[i] += 1
-        self.worker_calls[w] += 1
-        self._workers_dirty = True
+        self._count(w, 0)
         self._dirty_rows.add(i)
         if record.failed:  # charged, but the step stays undone
             self.failed_calls += 1
@@ -545,7 +545,7 @@ class EDOEnv(gym.Env):
             self.verified_by[i] = set()
             self.done_stack.append(i)
             if record.abstained:
-                self.worker_abstained[w] += 1
+                self._count(w, 1)
         self.call_retries += record.attempts - 1
         self.retrieval_fallbacks += record.retrieval_fallback
         self._call_status = {
@@ -562,8 +562,7 @@ class EDOEnv(gym.Env):
         record = self.results[i]
         assert record is not None
         check = self.workers[w].verify(self.task.text, self.plan.steps[i].label, i, record, self.np_random, self._seed())
-        self.worker_verifications[w] += 1
-        self._workers_dirty = True
+        self._count(w, 4)
         self._dirty_rows.add(i)
         self.retrieval_fallbacks += check.retrieval_fallback
         if check.failed:  # no verdict: the same worker may be asked again
@@ -572,9 +571,9 @@ class EDOEnv(gym.Env):
             self.verified_by[i].add(w)
             self.verdicts[i].append(check.verdict)
             if check.verdict == "flagged":
-                self.worker_flagged[record.worker] += 1
+                self._count(record.worker, 2)
             elif check.verdict == "ok":
-                self.worker_confirmed[record.worker] += 1
+                self._count(record.worker, 3)
         self.call_retries += check.attempts - 1
         self._call_status = {
             "call_failed": check.failed,
@@ -604,6 +603,13 @@ class EDOEnv(gym.Env):
     # -- observation --------------------------------------------------------------------------------------------
     def _answer_linked(self, text: str) -> bool:
         return self.linker.link(text) is not None or first_number(text) is not None
+
+    def _count(self, w: int, column: int) -> None:
+        """Add one to worker ``w``'s count ``column`` (calls, abstentions, flagged, confirmed, verifications) and to its
+        observation cell, ``min(1, count / step limit)`` in float32 (as ``np.minimum(counts * (1 / limit), 1)``)."""
+        value = self._worker_counts[w, column] + np.float32(1.0)
+        self._worker_counts[w, column] = value
+        self._workers_obs[w, O.W_CALLS + column] = min(1.0, value * self._count_scale)
 
     def _touch(self, i: int) -> None:
         """Step ``i``'s result changed: its row and the rows of the steps that read it are recomputed."""
@@ -661,9 +667,6 @@ class EDOEnv(gym.Env):
             if verdicts[last]:
                 plan[O.P_LAST_OK - 1 + _VERDICT_CODE[verdicts[last][-1]]] = 1.0
         lim = float(self.step_limit)
-        if self._workers_dirty:
-            np.minimum(self._worker_counts * (1.0 / lim), 1.0, out=self._workers_obs[:, O.W_CALLS : O.W_VERIFIED + 1])
-            self._workers_dirty = False
         workers = self._workers_obs.copy()
         budget = np.array(
             [
