@@ -194,6 +194,7 @@ class Worker:
         self.shuffle = shuffle
         self.system = WORKER_SYSTEM.format(name=spec.name)
         self.verifier_system = VERIFIER_SYSTEM.format(name=spec.name)
+        self._doc_tokens: list[int] | None = None
 
     def wants_retrieval(self, label: str, domain_label: str) -> bool:
         """The worker's own retrieval rule (``retrieval_decider="worker"``): lookups labelled with a domain in its shard."""
@@ -219,7 +220,10 @@ class Worker:
     def _documents(self, ids: tuple[int, ...]) -> tuple[tuple[str, ...], int]:
         if not ids:
             return (), 0
-        return tuple(self.doc_texts[i] for i in ids), int(self.service.doc_tokens[list(ids)].sum())
+        if self._doc_tokens is None:  # the service's token counts as a list: summing a few is ~20x cheaper than in numpy
+            self._doc_tokens = [int(n) for n in self.service.doc_tokens]
+        texts, tokens = self.doc_texts, self._doc_tokens
+        return tuple([texts[i] for i in ids]), sum([tokens[i] for i in ids])
 
     def run(
         self,
