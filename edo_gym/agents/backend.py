@@ -174,7 +174,7 @@ def call_backend(fn: Callable[[], Any], validate: Callable[[Any], Any], policy: 
         else:
             elapsed = time.perf_counter() - t0
             reported = raw.latency_s if isinstance(raw, LLMResponse) else None
-            reported = float(reported) if _finite_in(reported, 0.0, math.inf) else None
+            reported = float(reported) if reported is not None and _finite_in(reported, 0.0, math.inf) else None
             if elapsed > policy.timeout_s or (reported is not None and reported > policy.timeout_s):
                 took = reported if reported is not None and reported > policy.timeout_s else elapsed
                 kind, error = "timeout", f"TimeoutError: backend call took {took:.3g} s > timeout {policy.timeout_s:g} s"

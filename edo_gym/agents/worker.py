@@ -94,9 +94,11 @@ class AgentCaller:
         response: LLMResponse | None = outcome.value
         estimate = self.estimate_prompt_tokens(request, doc_tokens)
         prompt = response.prompt_tokens if response is not None and response.prompt_tokens is not None else estimate
-        latency = outcome.backoff_s + sum(
-            self.policy.timeout_s if kind == "timeout" else base + per_prompt * estimate for kind in outcome.failures
-        )
+        latency = outcome.backoff_s
+        if outcome.failures:
+            latency += sum(
+                self.policy.timeout_s if kind == "timeout" else base + per_prompt * estimate for kind in outcome.failures
+            )
         cost = CallCost(prompt_tokens=prompt + estimate * (outcome.attempts - 1), calls=outcome.attempts)
         if response is not None:
             completion = response.completion_tokens
