@@ -210,8 +210,12 @@ class Worker:
             k = min(self.spec.top_k, len(self.shard_indices))
             return tuple(int(i) for i in rng.choice(self.shard_indices, size=k, replace=False)), ""
         try:
-            ids = tuple(self.retriever.search(text, self.spec.top_k))
+            ids = self.retriever.search(text, self.spec.top_k)
+            if type(ids) is not tuple:
+                ids = tuple(ids)
             n_docs = len(self.doc_texts)
+            if all([type(i) is int and 0 <= i < n_docs for i in ids]):  # plain ints in range: returned as they are
+                return ids, ""
             if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n_docs for i in ids):
                 return (), f"retriever returned unknown document ids {list(ids)[:5]}"
             return tuple(int(i) for i in ids), ""

@@ -489,6 +489,8 @@ class EDOEnv(gym.Env):
         return obs, reward, terminated, truncated, info
 
     def _check_action(self, action: Any) -> int:
+        if type(action) is int and 0 <= action < self.n_actions:  # the common case, in one test
+            return action
         if isinstance(action, np.ndarray):
             if action.size != 1:
                 raise ValueError(
@@ -693,7 +695,7 @@ class EDOEnv(gym.Env):
         Equal keys mean the same decision point: GiGPO groups steps by it. Only observable facts enter it.
         """
         status = ",".join(
-            f"{int(r is not None)}{(self.verdicts[i][-1][0] if self.verdicts[i] else '-')}" for i, r in enumerate(self.results)
+            [("0" if r is None else "1") + (v[-1][0] if v else "-") for r, v in zip(self.results, self.verdicts, strict=True)]
         )
         # two independent 32-bit checksums of f"{task_id}\x1e{plan_sig}\x1e{status}\x1e{replans}": stable across
         # processes (unlike hash()), and cheap on every step (the task and plan prefix is summed once per plan)
