@@ -83,12 +83,14 @@ def _task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
     return TaskPool(_world(world_config), task_config)
 
 
-@functools.lru_cache(maxsize=50_000)
+@functools.lru_cache(maxsize=20_000)
 def _plan_tables(
     steps: tuple[PlanStep, ...], max_subtasks: int
 ) -> tuple[str, list[tuple[int, ...]], list[list[int]], np.ndarray]:
     """What only depends on a plan's steps (memoised; the array is read-only): the plan signature of the anchor key,
-    each step's inputs, each step's readers (the steps that use its answer), and the static subtask table."""
+    each step's inputs, each step's readers (the steps that use its answer), and the static subtask table.
+
+    About 1.5 kB per plan, so at most ~30 MB when full."""
     sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in steps)
     deps = [s.deps for s in steps]
     dependents = [[j for j, s in enumerate(steps) if i in s.deps] for i in range(len(steps))]
