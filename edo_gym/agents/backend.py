@@ -58,6 +58,17 @@ def validate_response(response: Any) -> LLMResponse:
         is not ``None`` or an integer in [0, ``MAX_COMPLETION_TOKENS``], or ``latency_s`` is not ``None`` or a
         finite number >= 0.
     """
+    if type(response) is LLMResponse:  # fast path: a clean reply without usage or latency (what the simulator sends)
+        conf = response.confidence
+        if (
+            type(response.text) is str
+            and len(response.text) <= MAX_RESULT_CHARS
+            and (conf is None or (type(conf) is float and 0.0 <= conf <= 1.0))
+            and response.prompt_tokens is None
+            and response.completion_tokens is None
+            and response.latency_s is None
+        ):
+            return response
     if not isinstance(response, LLMResponse):
         raise InvalidGenerationError(f"backend returned {type(response).__name__}, expected LLMResponse")
     text, conf, lat = response.text, response.confidence, response.latency_s
@@ -163,7 +174,7 @@ def call_backend(fn: Callable[[], Any], validate: Callable[[Any], Any], policy: 
         else:
             elapsed = time.perf_counter() - t0
             reported = raw.latency_s if isinstance(raw, LLMResponse) else None
-            reported = float(reported) if _finite_in(reported, 0.0, math.inf) else None
+            reported = float(reported) if reported is not None and _finite_in(reported, 0.0, math.inf) else None
             if elapsed > policy.timeout_s or (reported is not None and reported > policy.timeout_s):
                 took = reported if reported is not None and reported > policy.timeout_s else elapsed
                 kind, error = "timeout", f"TimeoutError: backend call took {took:.3g} s > timeout {policy.timeout_s:g} s"

@@ -107,6 +107,8 @@ class SimulatedBackend:
             for w in workers
         }
         self.calls = 0
+        #: Per task text: its gold plan steps (as dicts) and the JSON reply of that plan unaltered (memoised).
+        self._gold_plans: dict[str, tuple[tuple[dict, ...], str]] = {}
 
     # -- protocol -------------------------------------------------------------------------------------------------
     def cache_identity(self, request: LLMRequest) -> tuple[str, dict]:
@@ -256,7 +258,12 @@ class SimulatedBackend:
         if task is None:
             steps = [{"type": "write", "domain": DOMAINS[0], "instruction": request.task, "inputs": []}]
             return LLMResponse(plan_to_json(steps), confidence=0.3)
-        steps = [_gold_step(s) for s in task.subtasks]
+        gold = self._gold_plans.get(request.task)
+        if gold is None:
+            gold_steps = tuple(_gold_step(s) for s in task.subtasks)
+            gold = self._gold_plans[request.task] = (gold_steps, plan_to_json([_render(s) for s in gold_steps]))
+        # a list of the shared dicts: corruptions replace list items with new dicts, never change a dict in place
+        steps = list(gold[0])
         error = None
         if rng.random() < cfg.error_rate:
             error = str(PLANNER_ERRORS[int(rng.choice(len(PLANNER_ERRORS), p=self._error_p))])
@@ -264,7 +271,7 @@ class SimulatedBackend:
         faithful = error in (None, "mislabel")
         mean = cfg.confidence_mean_faithful if faithful else cfg.confidence_mean_unfaithful
         confidence = float(min(1.0, max(0.0, rng.normal(mean, cfg.confidence_sd))))
-        text = plan_to_json([_render(s) for s in steps])
+        text = gold[1] if error is None else plan_to_json([_render(s) for s in steps])
         if request.instruction == PLAN_INSTRUCTION and rng.random() < cfg.malformed_rate:
             text = "Here is the plan:\n" + text[: len(text) // 2]  # cut off mid-JSON
         return LLMResponse(text, confidence=confidence)

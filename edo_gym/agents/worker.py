@@ -94,9 +94,11 @@ class AgentCaller:
         response: LLMResponse | None = outcome.value
         estimate = self.estimate_prompt_tokens(request, doc_tokens)
         prompt = response.prompt_tokens if response is not None and response.prompt_tokens is not None else estimate
-        latency = outcome.backoff_s + sum(
-            self.policy.timeout_s if kind == "timeout" else base + per_prompt * estimate for kind in outcome.failures
-        )
+        latency = outcome.backoff_s
+        if outcome.failures:
+            latency += sum(
+                self.policy.timeout_s if kind == "timeout" else base + per_prompt * estimate for kind in outcome.failures
+            )
         cost = CallCost(prompt_tokens=prompt + estimate * (outcome.attempts - 1), calls=outcome.attempts)
         if response is not None:
             completion = response.completion_tokens
@@ -194,6 +196,7 @@ class Worker:
         self.shuffle = shuffle
         self.system = WORKER_SYSTEM.format(name=spec.name)
         self.verifier_system = VERIFIER_SYSTEM.format(name=spec.name)
+        self._doc_tokens: list[int] | None = None
 
     def wants_retrieval(self, label: str, domain_label: str) -> bool:
         """The worker's own retrieval rule (``retrieval_decider="worker"``): lookups labelled with a domain in its shard."""
@@ -207,8 +210,12 @@ class Worker:
             k = min(self.spec.top_k, len(self.shard_indices))
             return tuple(int(i) for i in rng.choice(self.shard_indices, size=k, replace=False)), ""
         try:
-            ids = tuple(self.retriever.search(text, self.spec.top_k))
+            ids = self.retriever.search(text, self.spec.top_k)
+            if type(ids) is not tuple:
+                ids = tuple(ids)
             n_docs = len(self.doc_texts)
+            if all([type(i) is int and 0 <= i < n_docs for i in ids]):  # plain ints in range: returned as they are
+                return ids, ""
             if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n_docs for i in ids):
                 return (), f"retriever returned unknown document ids {list(ids)[:5]}"
             return tuple(int(i) for i in ids), ""
@@ -219,7 +226,10 @@ class Worker:
     def _documents(self, ids: tuple[int, ...]) -> tuple[tuple[str, ...], int]:
         if not ids:
             return (), 0
-        return tuple(self.doc_texts[i] for i in ids), int(self.service.doc_tokens[list(ids)].sum())
+        if self._doc_tokens is None:  # the service's token counts as a list: summing a few is ~20x cheaper than in numpy
+            self._doc_tokens = [int(n) for n in self.service.doc_tokens]
+        texts, tokens = self.doc_texts, self._doc_tokens
+        return tuple([texts[i] for i in ids]), sum([tokens[i] for i in ids])
 
     def run(
         self,

@@ -45,6 +45,7 @@ from edo_gym.agents.planner import (
     REPAIR_INSTRUCTION,
     Plan,
     PlanError,
+    PlanStep,
     fallback_plan,
     parse_plan,
 )
@@ -80,6 +81,27 @@ def _world(config: WorldConfig) -> World:
 @functools.lru_cache(maxsize=32)
 def _task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
     return TaskPool(_world(world_config), task_config)
+
+
+@functools.lru_cache(maxsize=20_000)
+def _plan_tables(
+    steps: tuple[PlanStep, ...], max_subtasks: int
+) -> tuple[str, list[tuple[int, ...]], list[list[int]], np.ndarray]:
+    """What only depends on a plan's steps (memoised; the array is read-only): the plan signature of the anchor key,
+    each step's inputs, each step's readers (the steps that use its answer), and the static subtask table.
+
+    About 1.5 kB per plan, so at most ~30 MB when full."""
+    sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in steps)
+    deps = [s.deps for s in steps]
+    dependents = [[j for j, s in enumerate(steps) if i in s.deps] for i in range(len(steps))]
+    sub = np.zeros((max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
+    for i, step in enumerate(steps):
+        sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
+        sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
+        sub[i, O.C_PRESENT] = 1.0
+        sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
+    sub.setflags(write=False)
+    return sig, deps, dependents, sub
 
 
 class EDOEnv(gym.Env):
@@ -221,6 +243,9 @@ class EDOEnv(gym.Env):
         self.worker_calls, self.worker_abstained, self.worker_flagged, self.worker_confirmed, self.worker_verifications = (
             self._worker_counts.T
         )
+        # the worker table of the observation; ``_count`` updates its cell with each count
+        self._workers_obs = self._worker_static.copy()
+        self._count_scale = np.float32(1.0 / float(self.step_limit))
         self.history: deque[int] = deque(maxlen=max(self.config.history_len, 1))
         self.final_answer = ""
         self.success = False
@@ -296,16 +321,14 @@ class EDOEnv(gym.Env):
         self.attempts = [0] * n
         self.done_stack: list[int] = []
         self._truth: list[StepTruth] | None = None
-        self._plan_sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in plan.steps)
-        # the parts of the observation that only change with the plan
-        self._deps = [s.deps for s in plan.steps]
-        sub = np.zeros((self.config.max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
-        for i, step in enumerate(plan.steps):
-            sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
-            sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
-            sub[i, O.C_PRESENT] = 1.0
-            sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
-        self._sub_static = sub
+        self._plan_sig, self._deps, self._dependents, self._sub_static = _plan_tables(plan.steps, self.config.max_subtasks)
+        # the subtask table without the current-step marker, kept up to date row by row: a row is recomputed only
+        # when its step's result, verdicts or attempts (or a result it reads) changed (see ``_touch``)
+        self._sub_rows = self._sub_static.copy()
+        # running checksums of the anchor key's constant prefix (task and plan); each step continues them
+        prefix = f"{self.task_id}\x1e{self._plan_sig}\x1e".encode()
+        self._anchor_prefix = (zlib.crc32(prefix), zlib.adler32(prefix))
+        self._dirty_rows: set[int] = set(range(n))
         head = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
         head[O.P_LEN] = n / self.config.max_subtasks
         if plan.confidence is not None:
@@ -397,6 +420,7 @@ class EDOEnv(gym.Env):
             elif kind == "rollback":
                 i = self.done_stack.pop()
                 self.results[i] = None
+                self._touch(i)
                 self.verdicts[i] = []
                 self.verified_by[i] = set()
                 step_cost = CallCost(prompt_tokens=cfg.rollback_tokens)
@@ -467,6 +491,8 @@ class EDOEnv(gym.Env):
         return obs, reward, terminated, truncated, info
 
     def _check_action(self, action: Any) -> int:
+        if type(action) is int and 0 <= action < self.n_actions:  # the common case, in one test
+            return action
         if isinstance(action, np.ndarray):
             if action.size != 1:
                 raise ValueError(
@@ -511,17 +537,19 @@ class EDOEnv(gym.Env):
         instruction, inputs = self._filled(i)
         record = worker.run(self.task.text, step.label, instruction, inputs, retrieve, self.np_random, self._seed())
         self.attempts[i] += 1
-        self.worker_calls[w] += 1
+        self._count(w, 0)
+        self._dirty_rows.add(i)
         if record.failed:  # charged, but the step stays undone
             self.failed_calls += 1
         else:
             record.linked = self._answer_linked(record.text)
             self.results[i] = record
+            self._touch(i)
             self.verdicts[i] = []
             self.verified_by[i] = set()
             self.done_stack.append(i)
             if record.abstained:
-                self.worker_abstained[w] += 1
+                self._count(w, 1)
         self.call_retries += record.attempts - 1
         self.retrieval_fallbacks += record.retrieval_fallback
         self._call_status = {
@@ -538,7 +566,8 @@ class EDOEnv(gym.Env):
         record = self.results[i]
         assert record is not None
         check = self.workers[w].verify(self.task.text, self.plan.steps[i].label, i, record, self.np_random, self._seed())
-        self.worker_verifications[w] += 1
+        self._count(w, 4)
+        self._dirty_rows.add(i)
         self.retrieval_fallbacks += check.retrieval_fallback
         if check.failed:  # no verdict: the same worker may be asked again
             self.failed_calls += 1
@@ -546,9 +575,9 @@ class EDOEnv(gym.Env):
             self.verified_by[i].add(w)
             self.verdicts[i].append(check.verdict)
             if check.verdict == "flagged":
-                self.worker_flagged[record.worker] += 1
+                self._count(record.worker, 2)
             elif check.verdict == "ok":
-                self.worker_confirmed[record.worker] += 1
+                self._count(record.worker, 3)
         self.call_retries += check.attempts - 1
         self._call_status = {
             "call_failed": check.failed,
@@ -579,33 +608,54 @@ class EDOEnv(gym.Env):
     def _answer_linked(self, text: str) -> bool:
         return self.linker.link(text) is not None or first_number(text) is not None
 
+    def _count(self, w: int, column: int) -> None:
+        """Add one to worker ``w``'s count ``column`` (calls, abstentions, flagged, confirmed, verifications) and to its
+        observation cell, ``min(1, count / step limit)`` in float32 (as ``np.minimum(counts * (1 / limit), 1)``)."""
+        value = self._worker_counts[w, column] + np.float32(1.0)
+        self._worker_counts[w, column] = value
+        self._workers_obs[w, O.W_CALLS + column] = min(1.0, value * self._count_scale)
+
+    def _touch(self, i: int) -> None:
+        """Step ``i``'s result changed: its row and the rows of the steps that read it are recomputed."""
+        self._dirty_rows.add(i)
+        self._dirty_rows.update(self._dependents[i])
+
+    def _subtask_row(self, i: int) -> None:
+        """Recompute row ``i`` of the subtask table (all but the current-step marker) from the static row."""
+        row = self._sub_rows[i]
+        row[:] = self._sub_static[i]
+        results = self.results
+        r = results[i]
+        if r is not None:
+            row[O.C_DONE] = 1.0
+            if r.confidence is not None:
+                row[O.C_CONF] = r.confidence
+                row[O.C_CONF_GIVEN] = 1.0
+            row[O.C_RETR] = r.used_retrieval
+            row[O.C_ABSTAIN] = r.abstained
+            row[O.C_LINKED] = r.linked
+        v = self.verdicts[i]
+        if v:
+            row[O.C_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
+            row[O.C_NVERIFY] = min(1.0, len(v) / 4.0)
+        attempts = self.attempts[i]
+        if attempts:
+            row[O.C_ATTEMPTS] = min(1.0, attempts / 4.0)
+        deps = self._deps[i]
+        if not deps or all(results[d] is not None for d in deps):
+            row[O.C_DEPS] = 1.0
+
     def _observation(self) -> dict[str, np.ndarray]:
         cfg = self.config
         mask = self._mask_cache = self._mask()
         n = len(self.plan.steps)
         cur = self.current_step
-        sub = self._sub_static.copy()
-        results, verdicts, attempts = self.results, self.verdicts, self.attempts
-        for i in range(n):
-            row = sub[i]
-            r = results[i]
-            if r is not None:
-                row[O.C_DONE] = 1.0
-                if r.confidence is not None:
-                    row[O.C_CONF] = r.confidence
-                    row[O.C_CONF_GIVEN] = 1.0
-                row[O.C_RETR] = r.used_retrieval
-                row[O.C_ABSTAIN] = r.abstained
-                row[O.C_LINKED] = r.linked
-            v = verdicts[i]
-            if v:
-                row[O.C_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
-                row[O.C_NVERIFY] = min(1.0, len(v) / 4.0)
-            if attempts[i]:
-                row[O.C_ATTEMPTS] = min(1.0, attempts[i] / 4.0)
-            deps = self._deps[i]
-            if not deps or all(results[d] is not None for d in deps):
-                row[O.C_DEPS] = 1.0
+        if self._dirty_rows:
+            for i in self._dirty_rows:
+                self._subtask_row(i)
+            self._dirty_rows.clear()
+        sub = self._sub_rows.copy()
+        results, verdicts = self.results, self.verdicts
         if cur >= 0:
             sub[cur, O.C_CURRENT] = 1.0
         plan = self._plan_static.copy()
@@ -621,8 +671,7 @@ class EDOEnv(gym.Env):
             if verdicts[last]:
                 plan[O.P_LAST_OK - 1 + _VERDICT_CODE[verdicts[last][-1]]] = 1.0
         lim = float(self.step_limit)
-        workers = self._worker_static.copy()
-        np.minimum(self._worker_counts * (1.0 / lim), 1.0, out=workers[:, O.W_CALLS : O.W_VERIFIED + 1])
+        workers = self._workers_obs.copy()
         budget = np.array(
             [
                 min(1.0, self.tokens / self.token_budget),
@@ -648,11 +697,13 @@ class EDOEnv(gym.Env):
         Equal keys mean the same decision point: GiGPO groups steps by it. Only observable facts enter it.
         """
         status = ",".join(
-            f"{int(r is not None)}{(self.verdicts[i][-1][0] if self.verdicts[i] else '-')}" for i, r in enumerate(self.results)
+            [("0" if r is None else "1") + (v[-1][0] if v else "-") for r, v in zip(self.results, self.verdicts, strict=True)]
         )
-        raw = f"{self.task_id}\x1e{self._plan_sig}\x1e{status}\x1e{self.replans}".encode()
-        # two independent 32-bit checksums: stable across processes (unlike hash()), and cheap on every step
-        return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
+        # two independent 32-bit checksums of f"{task_id}\x1e{plan_sig}\x1e{status}\x1e{replans}": stable across
+        # processes (unlike hash()), and cheap on every step (the task and plan prefix is summed once per plan)
+        rest = f"{status}\x1e{self.replans}".encode()
+        crc, adler = self._anchor_prefix
+        return f"{zlib.crc32(rest, crc):08x}{zlib.adler32(rest, adler):08x}"
 
     # -- humans and oracles -------------------------------------------------------------------------------------
     def render(self) -> str | np.ndarray | None:

@@ -1,0 +1,213 @@
+"""The per-step speed-ups of ``EDOEnv`` are exact: memoised and incrementally kept state equals a recomputation.
+
+- every observation (subtask rows kept up to date row by row, worker cells updated with each count) and every
+  ``anchor_key`` (checksums continued from a memoised plan prefix) equal the straightforward full recomputation
+  below, step after step, over seeded random trajectories with illegal actions, verifications, rollbacks, replans;
+- the simulator's memoised gold plans are never altered by the corruptions drawn from them: a backend that has
+  answered many planner calls answers exactly as a fresh one;
+- a short seeded run of EDO-v0 hashes to a stored digest (observations, rewards, flags and ``info``), recorded
+  before the speed-ups: any non-exact change to a transition shows up here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import edo_gym  # noqa: F401
+from edo_gym.agents.planner import PLAN_FORMAT, PLAN_INSTRUCTION, PLANNER_SYSTEM
+from edo_gym.agents.simulator import SimulatedBackend
+from edo_gym.agents.worker import plan_request
+from edo_gym.envs import observation as O
+
+_VERDICT_CODE = {"ok": 1, "flagged": 2, "unsure": 3}
+
+
+def reference_observation(env: Any) -> dict[str, np.ndarray]:
+    """The observation recomputed from scratch from the env's state (the code before the incremental version)."""
+    cfg = env.config
+    mask = env._mask()
+    n = len(env.plan.steps)
+    cur = env.current_step
+    sub = np.zeros((cfg.max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
+    for i, step in enumerate(env.plan.steps):
+        sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
+        sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
+        sub[i, O.C_PRESENT] = 1.0
+        sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
+    for i in range(n):
+        row = sub[i]
+        r = env.results[i]
+        if r is not None:
+            row[O.C_DONE] = 1.0
+            if r.confidence is not None:
+                row[O.C_CONF] = r.confidence
+                row[O.C_CONF_GIVEN] = 1.0
+            row[O.C_RETR] = r.used_retrieval
+            row[O.C_ABSTAIN] = r.abstained
+            row[O.C_LINKED] = r.linked
+        v = env.verdicts[i]
+        if v:
+            row[O.C_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
+            row[O.C_NVERIFY] = min(1.0, len(v) / 4.0)
+        if env.attempts[i]:
+            row[O.C_ATTEMPTS] = min(1.0, env.attempts[i] / 4.0)
+        deps = env.plan.steps[i].deps
+        if not deps or all(env.results[d] is not None for d in deps):
+            row[O.C_DEPS] = 1.0
+    if cur >= 0:
+        sub[cur, O.C_CURRENT] = 1.0
+    plan = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
+    plan[O.P_LEN] = n / cfg.max_subtasks
+    if env.plan.confidence is not None:
+        plan[O.P_CONF] = env.plan.confidence
+        plan[O.P_CONF_GIVEN] = 1.0
+    plan[O.P_FALLBACK] = float(env.plan.source == "fallback")
+    plan[O.P_REPAIRED] = float(env.plan.source == "repaired")
+    plan[O.P_CURRENT] = (cur if cur >= 0 else n) / cfg.max_subtasks
+    plan[O.P_ALL_DONE] = float(cur < 0)
+    plan[O.P_REPLANS] = env.replans / max(1, cfg.max_replans)
+    if env.done_stack:
+        last = env.done_stack[-1]
+        rec = env.results[last]
+        if rec is not None and rec.confidence is not None:
+            plan[O.P_LAST_CONF] = rec.confidence
+            plan[O.P_LAST_CONF_GIVEN] = 1.0
+        if env.verdicts[last]:
+            plan[O.P_LAST_OK - 1 + _VERDICT_CODE[env.verdicts[last][-1]]] = 1.0
+    lim = float(env.step_limit)
+    workers = env._worker_static.copy()
+    np.minimum(env._worker_counts * (1.0 / lim), 1.0, out=workers[:, O.W_CALLS : O.W_VERIFIED + 1])
+    budget = np.array(
+        [
+            min(1.0, env.tokens / env.token_budget),
+            min(1.0, env.calls / lim),
+            min(1.0, env.latency_s / cfg.latency_budget_s),
+            min(1.0, env.steps / lim),
+            min(1.0, env.illegal_actions / lim),
+        ],
+        dtype=np.float32,
+    )
+    obs = {"task": env._task_features[env.task.task_id].copy(), "plan": plan, "subtasks": sub, "workers": workers}
+    obs["budget"] = budget
+    if cfg.history_len > 0:
+        hist = np.zeros((cfg.history_len, env.n_actions), dtype=np.float32)
+        for k, a in enumerate(reversed(env.history)):
+            hist[k, a] = 1.0
+        obs["history"] = hist
+    obs["action_mask"] = mask
+    return obs
+
+
+def reference_anchor_key(env: Any) -> str:
+    """``anchor_key`` checksummed over the whole key string at once."""
+    status = ",".join(
+        f"{int(r is not None)}{(env.verdicts[i][-1][0] if env.verdicts[i] else '-')}" for i, r in enumerate(env.results)
+    )
+    sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in env.plan.steps)
+    raw = f"{env.task_id}\x1e{sig}\x1e{status}\x1e{env.replans}".encode()
+    return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
+
+
+def _assert_same_obs(obs: dict[str, np.ndarray], ref: dict[str, np.ndarray], where: str) -> None:
+    assert list(obs) == list(ref), where
+    for key in ref:
+        assert obs[key].dtype == ref[key].dtype and obs[key].shape == ref[key].shape, (where, key)
+        assert np.array_equal(obs[key], ref[key]), (where, key, obs[key], ref[key])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"retrieval_decider": "worker", "history_len": 0}, {"enable_verify": False, "max_replans": 4}],
+    ids=["default", "worker-decides", "no-verify"],
+)
+def test_incremental_observation_and_anchor_key_equal_a_full_recomputation(kwargs: dict[str, Any]) -> None:
+    env = gym.make("EDO-v0", **kwargs)
+    base = env.unwrapped
+    rng = np.random.default_rng(5)
+    obs, info = env.reset(seed=11)
+    kinds = set()
+    for t in range(1500):
+        _assert_same_obs(obs, reference_observation(base), f"step {t}")
+        assert info["anchor_key"] == reference_anchor_key(base), f"step {t}"
+        legal = np.flatnonzero(info["action_mask"])
+        # illegal actions now and then; submit rarely, so that episodes reach verifications, rollbacks and replans
+        if rng.random() < 0.05:
+            action = int(rng.integers(base.n_actions))
+        else:
+            choices = [a for a in legal if a != base.A_SUBMIT] if rng.random() < 0.9 and len(legal) > 1 else legal
+            action = int(choices[int(rng.integers(len(choices)))])
+        obs, reward, terminated, truncated, info = env.step(action)
+        kinds.add(info["event"])
+        if terminated or truncated:
+            _assert_same_obs(obs, reference_observation(base), f"step {t} (end)")
+            obs, info = env.reset()
+    expected = {"dispatch", "rollback", "replan", "submit", "illegal"} | ({"verify"} if base.config.enable_verify else set())
+    assert expected <= kinds
+
+
+def test_memoised_gold_plans_are_not_altered_by_corruptions() -> None:
+    env = gym.make("EDO-v0").unwrapped
+    used = env.backend
+    fresh = SimulatedBackend(env.world, env.config.workers, env.config.planner, env.pool.tasks)
+    tasks = env.pool.tasks[:40]
+    requests = [
+        plan_request(task.text, PLAN_INSTRUCTION, PLAN_FORMAT, seed, PLANNER_SYSTEM) for task in tasks for seed in range(25)
+    ]
+    first = [used.complete(r) for r in requests]  # fills the memo, and corrupts plans drawn from it
+    again = [used.complete(r) for r in requests]
+    from_fresh = [
+        SimulatedBackend(env.world, env.config.workers, env.config.planner, env.pool.tasks).complete(r) for r in requests[:50]
+    ]
+    assert first == again
+    assert first[:50] == from_fresh
+    assert [fresh.complete(r) for r in reversed(requests)] == list(reversed(first))
+
+
+def _update(h: Any, x: Any) -> None:
+    if isinstance(x, dict):
+        for k in sorted(x):
+            h.update(repr(k).encode())
+            _update(h, x[k])
+    elif isinstance(x, np.ndarray):
+        h.update(f"{x.dtype}{x.shape}".encode())
+        h.update(np.ascontiguousarray(x).tobytes())
+    else:
+        h.update(f"{type(x).__name__}:{x!r}".encode())
+
+
+#: sha256 of ``seeded_run_digest(400)``, recorded on the code before the per-step speed-ups (branch step-speed).
+SEEDED_RUN_DIGEST = "4267008183c319af879c194a7d0fcb0b04415a918e80c029edda563c1f22a6ae"
+
+
+def seeded_run_digest(steps: int) -> str:
+    """Hash of observations, rewards, flags and ``info`` of a seeded run of random (mostly legal) actions."""
+    env = gym.make("EDO-v0")
+    rng = np.random.default_rng(123)
+    h = hashlib.sha256()
+    obs, info = env.reset(seed=7)
+    _update(h, obs)
+    _update(h, info)
+    for _ in range(steps):
+        legal = np.flatnonzero(info["action_mask"])
+        action = int(rng.integers(env.action_space.n)) if rng.random() < 0.05 else int(legal[rng.integers(len(legal))])
+        obs, reward, terminated, truncated, info = env.step(action)
+        for x in (obs, reward, terminated, truncated, info):
+            _update(h, x)
+        if terminated or truncated:
+            obs, info = env.reset(seed=int(rng.integers(1 << 30)) if rng.random() < 0.5 else None)
+            _update(h, obs)
+            _update(h, info)
+    return h.hexdigest()
+
+
+def test_a_seeded_run_matches_its_stored_digest() -> None:
+    assert seeded_run_digest(400) == SEEDED_RUN_DIGEST, (
+        "a seeded EDO-v0 run changed: a speed-up is not exact, or the environment's dynamics changed on purpose "
+        "(then record the new digest here)"
+    )
