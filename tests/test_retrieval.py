@@ -96,8 +96,8 @@ import gymnasium as gym
 calls = []
 
 def probe(frame, event, arg):
-    # every Python-level call of an ``encode`` defined by edo_gym or sentence-transformers (nothing is patched)
-    if event == "call" and frame.f_code.co_name == "encode":
+    # every Python-level call of an ``encode*`` defined by edo_gym or sentence-transformers (nothing is patched)
+    if event == "call" and frame.f_code.co_name.startswith("encode"):
         filename = frame.f_code.co_filename
         if "edo_gym" in filename or "sentence_transformers" in filename:
             calls.append(filename)

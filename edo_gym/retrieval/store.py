@@ -27,7 +27,7 @@ import threading
 import uuid
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -269,7 +269,15 @@ class RetrievalService:
     _registry: dict[tuple, RetrievalService] = {}
     _lock = threading.Lock()
 
-    def __init__(self, world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> None:
+    def __init__(
+        self,
+        world: World,
+        config: RetrievalConfig,
+        shards: Sequence[tuple[str, ...]],
+        extra_texts: Mapping[str, list[str]] | None = None,
+    ) -> None:
+        """:param extra_texts: more fixed lists of texts to embed now (``{kind: texts}``, e.g. the task pool), in one
+        go with the corpus and canonical queries when the disk cache lacks them; :meth:`embed_texts` returns them."""
         self.world = world
         self.config = config
         self.shards = [tuple(s) for s in shards]
@@ -280,10 +288,14 @@ class RetrievalService:
         embedder = self.embedders[0]
         self.model_id = embedder.model_id
         docs = [d.text for d in world.documents]
-        self.doc_vectors = self.cache.load_or_build("corpus", self.model_id, docs, embedder.encode)
-        self.doc_tokens = np.asarray(embedder.count_tokens(docs), dtype=np.int32)
         queries = world.canonical_queries()
-        query_vectors = self.cache.load_or_build("queries", self.model_id, queries, embedder.encode)
+        extra = dict(extra_texts or {})
+        requests = {"corpus": docs, "queries": queries, **extra}
+        vectors = self.cache.load_or_build_many(self.model_id, requests, self._build_embeddings)
+        self.doc_vectors = vectors["corpus"]
+        self.doc_tokens = np.asarray(embedder.count_tokens(docs), dtype=np.int32)
+        query_vectors = vectors["queries"]
+        self._task_vectors: dict[str, np.ndarray] = {_texts_key(kind, texts): vectors[kind] for kind, texts in extra.items()}
         canonical = {q: i for i, q in enumerate(queries)}
         self.encoders = [QueryEncoder(e, canonical, query_vectors, config.query_cache_size) for e in self.embedders]
         #: ``"chromadb"``, or ``"exact"`` in a process forked after chromadb started (see module docstring).
@@ -308,7 +320,6 @@ class RetrievalService:
             self._build_retrievers(world, config, shards, model_key, by_domain, built)
         self._client_lock = threading.Lock()
         self.token_memo = LRUCache(config.query_cache_size)
-        self._task_vectors: dict[str, np.ndarray] = {}
 
     def _build_retrievers(
         self,
@@ -375,16 +386,25 @@ class RetrievalService:
         return (RetrievalService.get, (self.world, self.config, self.shards))
 
     @classmethod
-    def get(cls, world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> RetrievalService:
-        """The process-wide service for this world and config (a new one per call in ``per_worker`` mode)."""
+    def get(
+        cls,
+        world: World,
+        config: RetrievalConfig,
+        shards: Sequence[tuple[str, ...]],
+        extra_texts: Mapping[str, list[str]] | None = None,
+    ) -> RetrievalService:
+        """The process-wide service for this world and config (a new one per call in ``per_worker`` mode).
+
+        :param extra_texts: see :class:`RetrievalService` (used when a new service is built).
+        """
         if config.mode == "per_worker":
-            return cls(world, config, shards)
+            return cls(world, config, shards, extra_texts)
         key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
                config.result_cache_size, tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
         with cls._lock:
             service = cls._registry.get(key)
             if service is None or service.pid != os.getpid():  # never reuse a service inherited through fork
-                service = cls(world, config, shards)
+                service = cls(world, config, shards, extra_texts)
                 cls._registry[key] = service
             return service
 
@@ -396,12 +416,19 @@ class RetrievalService:
             self.token_memo.put(text, n)
         return n
 
+    def _build_embeddings(self, requests: dict[str, list[str]]) -> dict[str, np.ndarray]:
+        """Embed the lists the disk cache lacks, all at once, with a progress bar when it takes a while."""
+        n = sum(len(texts) for texts in requests.values())
+        desc = f"EDO-Gym first run: embedding {n:,} texts ({', '.join(requests)}), cached for later runs"
+        built = self.embedders[0].encode_many(list(requests.values()), progress=desc)
+        return dict(zip(requests, built, strict=True))
+
     def embed_texts(self, kind: str, texts: list[str]) -> np.ndarray:
         """Embeddings of a fixed list of texts (e.g. the task pool), through the disk cache."""
-        key = f"{kind}:{hashlib.sha256(chr(0).join(texts).encode()).hexdigest()}"
+        key = _texts_key(kind, texts)
         vectors = self._task_vectors.get(key)
         if vectors is None:
-            vectors = self.cache.load_or_build(kind, self.model_id, texts, self.embedders[0].encode)
+            vectors = self.cache.load_or_build_many(self.model_id, {kind: texts}, self._build_embeddings)[kind]
             self._task_vectors[key] = vectors
         return vectors
 
@@ -412,6 +439,10 @@ class RetrievalService:
             "search_results": sum(len(r.memo) for r in {id(r): r for r in self.retrievers}.values()),
             "token_counts": len(self.token_memo),
         }
+
+
+def _texts_key(kind: str, texts: list[str]) -> str:
+    return f"{kind}:{hashlib.sha256(chr(0).join(texts).encode()).hexdigest()}"
 
 
 def _retriever_of(service: RetrievalService, worker: int) -> ShardRetriever:
