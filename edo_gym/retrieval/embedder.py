@@ -159,6 +159,7 @@ class Embedder:
         self.dim = int(self.model.get_embedding_dimension())
         self.tokenizer = self.model.tokenizer
         self._chunking_ok: bool | None = None
+        self._counter: Any = False  # the Rust token counter, built at the first count (None: not available)
 
     def encode(self, texts: list[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
         """Unit-norm float32 embeddings, shape ``(len(texts), dim)``: sentence-transformers' ``encode(texts,
@@ -304,9 +305,36 @@ class Embedder:
                 bar.close()
 
     def count_tokens(self, texts: list[str]) -> list[int]:
-        """Token count of each text under the model's own tokenizer (special tokens excluded)."""
+        """Token count of each text under the model's own tokenizer (special tokens excluded).
+
+        Counted by a copy of the fast tokenizer's Rust backend without truncation or padding (the same ids as
+        ``tokenizer(texts, add_special_tokens=False)``, at a tenth of the cost per text); through the Python
+        tokenizer for a slow tokenizer.
+        """
         if not texts:
             return []
+        counter = self._token_counter()
+        if counter is not None:
+            if len(texts) == 1:
+                return [len(counter.encode(texts[0], add_special_tokens=False).ids)]
+            return [len(e.ids) for e in counter.encode_batch(list(texts), add_special_tokens=False)]
         # verbose=False: counting a text longer than the model's window is what we want here, not a warning
         encoded = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]
+
+    def _token_counter(self) -> Any:
+        """A private copy of the Rust tokenizer with truncation and padding off (``None`` for a slow tokenizer)."""
+        if self._counter is False:
+            backend = getattr(self.tokenizer, "backend_tokenizer", None)
+            counter = None
+            if backend is not None:
+                try:
+                    from tokenizers import Tokenizer
+
+                    counter = Tokenizer.from_str(backend.to_str())
+                    counter.no_truncation()
+                    counter.no_padding()
+                except Exception:  # an unexpected tokenizer build: count through the Python tokenizer
+                    counter = None
+            self._counter = counter
+        return self._counter
