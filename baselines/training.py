@@ -23,10 +23,13 @@ same first ``eval_episodes`` tasks of the env's ``test`` split with the same per
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -263,6 +266,113 @@ class TrainConfig:
 
 
 @dataclass
+class TimeBreakdown:
+    """Where the wall time of ``model.learn`` went, in seconds, measured by :func:`timed_learning`.
+
+    ``env_s``: every call into the training VecEnv (``step_async``/``step_wait``, ``reset``, ``env_method``: env steps,
+    resets, action masks, queued starts); ``policy_s``: the policy's forward passes that pick actions in rollouts;
+    ``update_s``: the algorithm's ``train()`` (the gradient update); ``rollout_other_s``: the rest of the rollouts
+    (buffers, advantages, callbacks); ``other_s``: the rest of ``learn`` (set-up, logging).
+    """
+
+    total_s: float = 0.0
+    env_s: float = 0.0
+    policy_s: float = 0.0
+    update_s: float = 0.0
+    rollout_s: float = 0.0
+
+    @property
+    def rollout_other_s(self) -> float:
+        return max(0.0, self.rollout_s - self.env_s - self.policy_s)
+
+    @property
+    def other_s(self) -> float:
+        return max(0.0, self.total_s - self.rollout_s - self.update_s)
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "total_s": self.total_s,
+            "env_s": self.env_s,
+            "policy_inference_s": self.policy_s,
+            "update_s": self.update_s,
+            "rollout_other_s": self.rollout_other_s,
+            "other_s": self.other_s,
+        }
+
+    def summary(self) -> str:
+        """One line: each part in seconds and as a share of the total (see :func:`format_time_breakdown`)."""
+        return format_time_breakdown(self.as_dict())
+
+
+def format_time_breakdown(breakdown: dict[str, float]) -> str:
+    """One line from :meth:`TimeBreakdown.as_dict` (as stored in ``TrainResult.time_breakdown``)."""
+    names = {
+        "env_s": "env stepping",
+        "policy_inference_s": "policy inference",
+        "update_s": "update",
+        "rollout_other_s": "other rollout work",
+        "other_s": "set-up and logging",
+    }
+    total = breakdown.get("total_s") or 1.0
+    return ", ".join(f"{name} {breakdown[key]:.1f} s ({100 * breakdown[key] / total:.0f}%)" for key, name in names.items())
+
+
+@contextlib.contextmanager
+def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]:
+    """Time ``model.learn`` inside this block by part (see :class:`TimeBreakdown`).
+
+    Wraps, on these instances only and until the block ends, the VecEnv's entry points, the policy's ``forward``, and
+    the algorithm's ``collect_rollouts`` and ``train``; nothing else changes (the VecEnv is not wrapped, so
+    algorithms that check ``env.unwrapped is env`` behave as without timing).
+    """
+    times = TimeBreakdown()
+    patched: list[tuple[Any, str]] = []
+
+    def wrap(obj: Any, name: str, field_name: str, only_in_rollout: bool = False) -> None:
+        inner = getattr(obj, name)
+
+        @functools.wraps(inner)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if only_in_rollout and not in_rollout[0]:
+                return inner(*args, **kwargs)
+            t = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                setattr(times, field_name, getattr(times, field_name) + time.perf_counter() - t)
+
+        setattr(obj, name, timed)
+        patched.append((obj, name))
+
+    in_rollout = [False]
+    collect = model.collect_rollouts
+
+    def collect_rollouts(*args: Any, **kwargs: Any) -> Any:
+        in_rollout[0] = True
+        t = time.perf_counter()
+        try:
+            return collect(*args, **kwargs)
+        finally:
+            in_rollout[0] = False
+            times.rollout_s += time.perf_counter() - t
+
+    for name in ("step_async", "step_wait", "reset", "env_method"):
+        wrap(env, name, "env_s", only_in_rollout=True)
+    wrap(model.policy, "forward", "policy_s", only_in_rollout=True)
+    wrap(model, "train", "update_s")
+    model.collect_rollouts = collect_rollouts  # type: ignore[method-assign]
+    patched.append((model, "collect_rollouts"))
+    t0 = time.perf_counter()
+    try:
+        yield times
+    finally:
+        times.total_s = time.perf_counter() - t0
+        for obj, name in patched:  # instance attributes only: the class methods show through again
+            with contextlib.suppress(AttributeError):
+                delattr(obj, name)
+
+
+@dataclass
 class TrainResult:
     """What ``train`` did: where the model is, how long it took, and the held-out evaluation table."""
 
@@ -276,6 +386,8 @@ class TrainResult:
     n_params: int
     #: Heuristic rows (if evaluated) then the model's row; empty when ``eval_episodes == 0``.
     results: list[EvalResult] = field(default_factory=list)
+    #: Where ``train_wall_s`` went (:meth:`TimeBreakdown.as_dict`): env stepping, policy inference, update, other.
+    time_breakdown: dict[str, float] = field(default_factory=dict)
 
     @property
     def steps_per_s(self) -> float:
@@ -299,6 +411,7 @@ class TrainResult:
             "steps_per_s": self.steps_per_s,
             "eval_wall_s": self.eval_wall_s,
             "n_params": self.n_params,
+            "time_breakdown": dict(self.time_breakdown),
             "results": [r.as_dict() for r in self.results],
         }
 
@@ -438,12 +551,13 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
     try:
         model = make_algo(cfg, env)
         t0 = time.perf_counter()
-        # progress_bar: SB3's bar, counting recorded steps (see RecordedStepsProgressBar)
-        model.learn(
-            total_timesteps=cfg.total_timesteps,
-            callback=RecordedStepsProgressBar() if cfg.progress_bar else None,
-            tb_log_name=f"{cfg.algo}_{cfg.env_id}",
-        )
+        with timed_learning(model, env) as times:
+            # progress_bar: SB3's bar, counting recorded steps (see RecordedStepsProgressBar)
+            model.learn(
+                total_timesteps=cfg.total_timesteps,
+                callback=RecordedStepsProgressBar() if cfg.progress_bar else None,
+                tb_log_name=f"{cfg.algo}_{cfg.env_id}",
+            )
         train_wall_s = time.perf_counter() - t0
     finally:
         env.close()
@@ -473,6 +587,7 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
         eval_wall_s=eval_wall_s,
         n_params=count_parameters(model),
         results=results,
+        time_breakdown=times.as_dict(),
     )
     path.with_suffix(".json").write_text(json.dumps(result.as_dict(), indent=2, default=str))
     return model, result

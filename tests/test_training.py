@@ -103,6 +103,16 @@ def test_train_save_evaluate_round_trip(algo, tmp_path):
     assert summary["config"]["algo"] == algo and summary["num_timesteps"] == result.num_timesteps
     assert result.num_timesteps >= cfg.total_timesteps
     assert result.train_wall_s > 0 and result.steps_per_s > 0 and result.n_params > 0
+    # where the training time went: every part measured, the parts add up to learn()'s wall time
+    times = result.time_breakdown
+    assert summary["time_breakdown"] == pytest.approx(times)
+    parts = ("env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s")
+    assert set(times) == {"total_s", *parts}
+    assert all(times[k] > 0 for k in ("env_s", "policy_inference_s", "update_s")), times
+    assert sum(times[k] for k in parts) == pytest.approx(times["total_s"], rel=1e-6)
+    assert times["total_s"] <= result.train_wall_s
+    # the timing hooks are gone: nothing of them is left on the model, its policy or in the saved file
+    assert not {"train", "collect_rollouts"} & set(vars(model)) and "forward" not in vars(model.policy)
     # four heuristics then the model, on the same 4 held-out tasks
     assert [r.policy for r in result.results] == [*HEURISTICS, algo]
     assert all(r.episodes == 4 for r in result.results)
@@ -179,6 +189,7 @@ def test_cli_train_and_evaluate_tiny(tmp_path, capsys):
     assert path.is_file()
     assert "| policy | success rate" in text and "| grpo |" in text and "| static_pipeline |" in text
     assert "the static pipeline's" in text  # the verdict line
+    assert "Where the training time went: env stepping" in text and "policy inference" in text and "update" in text
     assert any((tmp_path / "tb").rglob("events.out.tfevents.*")), "TensorBoard log expected"
 
     rc = main(["evaluate", str(path), "--env", "EDO-v0", "--episodes", "3", "--no-heuristics"])
