@@ -121,6 +121,9 @@ class ShardRetriever:
             self.size = 0
         self.memo = LRUCache(cache_size)
         self.searches = 0
+        #: Canonical queries searched ahead of use in batches (see ``RetrievalConfig.presearch``); ``None``: off.
+        self.presearched: set[int] | None = None
+        self.presearches = 0
         #: Corpus vectors for exact re-ranking of the index's candidates (``None``: take the index's order).
         self.vectors: np.ndarray | None = None
         #: ``(service, worker index)`` when a ``RetrievalService`` built this retriever (lets it pickle).
@@ -140,24 +143,53 @@ class ShardRetriever:
         hit = self.memo.get(key)
         if hit is not None:
             return hit
+        if self.presearched is not None and k not in self.presearched:
+            self._presearch(k)
+            hit = self.memo.get(key)
+            if hit is not None:
+                return hit
         vector = self.encoder.encode(query)
+        result = self._collection().query(
+            query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[]
+        )
+        ids = self._top_k(result["ids"][0], vector, k)
+        self.searches += 1
+        self.memo.put(key, ids)
+        return ids
+
+    def _collection(self) -> Any:
         if self.collection is None:
             assert self.factory is not None
             self.collection = self.factory()
-        result = self.collection.query(
-            query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[]
-        )
-        candidates = np.asarray([int(i) for i in result["ids"][0]], dtype=np.int64)
+        return self.collection
+
+    def _top_k(self, ids: Sequence[str], vector: np.ndarray, k: int) -> tuple[int, ...]:
+        candidates = np.asarray([int(i) for i in ids], dtype=np.int64)
         if self.vectors is not None and len(candidates):
             # exact cosine re-ranking of the candidates, ties broken by corpus index: the same top k in every process,
             # whichever index (HNSW graph or exact numpy search) produced the candidates
             scores = self.vectors[candidates] @ np.asarray(vector, dtype=np.float32)
             order = np.lexsort((candidates, -np.round(scores, 6)))
             candidates = candidates[order]
-        ids = tuple(int(i) for i in candidates[:k])
-        self.searches += 1
-        self.memo.put(key, ids)
-        return ids
+        return tuple(int(i) for i in candidates[:k])
+
+    def _presearch(self, k: int) -> None:
+        """Search every canonical query for ``k`` in batches (one index query per :data:`PRESEARCH_BATCH` vectors),
+        memoising the results: exactly what :meth:`search` would return for each of them one at a time."""
+        assert self.presearched is not None
+        self.presearched.add(k)
+        texts = list(self.encoder.canonical)
+        vectors = self.encoder.canonical_vectors
+        if not texts or len(texts) > self.memo.maxsize // 2:  # the memo could not keep them
+            return
+        collection = self._collection()
+        n = min(k + RERANK_MARGIN, self.size)
+        for start in range(0, len(texts), PRESEARCH_BATCH):
+            block = vectors[start : start + PRESEARCH_BATCH]
+            result = collection.query(query_embeddings=block, n_results=n, include=[])
+            for j, ids in enumerate(result["ids"]):
+                self.memo.put((texts[start + j], k), self._top_k(ids, block[j], k))
+        self.presearches += len(texts)
 
 
 #: Process id in which this module started chromadb (inherited, unchanged, by forked children).
@@ -184,11 +216,14 @@ class ExactCollection:
         return len(self.ids)
 
     def query(self, query_embeddings: np.ndarray, n_results: int, include: Any = None) -> dict[str, list[list[str]]]:
-        scores = self.matrix @ np.asarray(query_embeddings, dtype=np.float32)[0]
-        k = min(n_results, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return {"ids": [[str(int(i)) for i in self.ids[top]]]}
+        out = []
+        for query in np.asarray(query_embeddings, dtype=np.float32).reshape(-1, self.matrix.shape[1]):
+            scores = self.matrix @ query
+            k = min(n_results, len(scores))
+            top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+            top = top[np.argsort(-scores[top], kind="stable")]
+            out.append([str(int(i)) for i in self.ids[top]])
+        return {"ids": out}
 
 
 def _chroma_client(chroma_dir: str | None) -> Any:
@@ -228,6 +263,8 @@ def _hnsw_config(size: int) -> dict[str, dict[str, Any]]:
 
 #: Extra candidates fetched from the index and re-ranked exactly, so the top k do not depend on the index graph.
 RERANK_MARGIN = 8
+#: Query vectors per batched index query when presearching canonical queries.
+PRESEARCH_BATCH = 256
 
 
 def build_collection(client: Any, name: str, vectors: np.ndarray, indices: Sequence[int], persistent: bool) -> Any:
@@ -359,6 +396,8 @@ class RetrievalService:
                 retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
             retriever.origin = (self, w)
             retriever.vectors = self.doc_vectors
+            if config.presearch and config.ablation == "none":
+                retriever.presearched = set()
             built[key] = retriever
             self.retrievers.append(retriever)
 
@@ -400,7 +439,7 @@ class RetrievalService:
         if config.mode == "per_worker":
             return cls(world, config, shards, extra_texts)
         key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
-               config.result_cache_size, tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
+               config.result_cache_size, config.presearch, tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
         with cls._lock:
             service = cls._registry.get(key)
             if service is None or service.pid != os.getpid():  # never reuse a service inherited through fork
