@@ -276,6 +276,9 @@ class TimeBreakdown:
     """
 
     total_s: float = 0.0
+    #: CPU seconds of this process during ``learn`` (a subprocess VecEnv's workers not included): unlike wall time,
+    #: hardly changed by other jobs on the machine
+    process_cpu_s: float = 0.0
     env_s: float = 0.0
     policy_s: float = 0.0
     update_s: float = 0.0
@@ -292,6 +295,7 @@ class TimeBreakdown:
     def as_dict(self) -> dict[str, float]:
         return {
             "total_s": self.total_s,
+            "process_cpu_s": self.process_cpu_s,
             "env_s": self.env_s,
             "policy_inference_s": self.policy_s,
             "update_s": self.update_s,
@@ -314,7 +318,10 @@ def format_time_breakdown(breakdown: dict[str, float]) -> str:
         "other_s": "set-up and logging",
     }
     total = breakdown.get("total_s") or 1.0
-    return ", ".join(f"{name} {breakdown[key]:.1f} s ({100 * breakdown[key] / total:.0f}%)" for key, name in names.items())
+    line = ", ".join(f"{name} {breakdown[key]:.1f} s ({100 * breakdown[key] / total:.0f}%)" for key, name in names.items())
+    if "process_cpu_s" in breakdown:
+        line += f"; {breakdown['process_cpu_s']:.1f} CPU s in this process"
+    return line
 
 
 @contextlib.contextmanager
@@ -362,11 +369,12 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
     wrap(model, "train", "update_s")
     model.collect_rollouts = collect_rollouts  # type: ignore[method-assign]
     patched.append((model, "collect_rollouts"))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         yield times
     finally:
         times.total_s = time.perf_counter() - t0
+        times.process_cpu_s = time.process_time() - cpu0
         for obj, name in patched:  # instance attributes only: the class methods show through again
             with contextlib.suppress(AttributeError):
                 delattr(obj, name)

@@ -71,10 +71,12 @@ env = gym.make("EDO-v0")
 service = env.unwrapped.service
 t1 = time.perf_counter()
 rng = np.random.default_rng({seed})
+cpu0 = time.process_time()
 edo_s = random_legal_steps(env, {steps}, rng, masked=True)
+edo_cpu_s = time.process_time() - cpu0
 cart_s = random_legal_steps(gym.make("CartPole-v1"), {steps}, rng, masked=False)
 print(json.dumps({{
-    "make_s": t1 - t0, "edo_s": edo_s, "cartpole_s": cart_s,
+    "make_s": t1 - t0, "edo_s": edo_s, "edo_cpu_s": edo_cpu_s, "cartpole_s": cart_s,
     "embedder_calls": sum(e.model_calls for e in service.encoders),
     "chromadb_searches": sum(x.searches for x in {{id(x): x for x in service.retrievers}}.values()),
 }}))
@@ -190,11 +192,13 @@ def main() -> None:
     rng = np.random.default_rng(0)
     random_legal_steps(edo, args.warmup, rng, masked=True)
     cart = gym.make("CartPole-v1")
-    edo_times, cart_times, model_calls, searches = [], [], [], []
+    edo_times, edo_cpu, cart_times, model_calls, searches = [], [], [], [], []
     for r in range(args.repeats):
         calls0 = sum(e.model_calls for e in service.encoders)
         search0 = sum(x.searches for x in {id(x): x for x in service.retrievers}.values())
+        cpu0 = time.process_time()
         edo_times.append(random_legal_steps(edo, args.steps, rng, masked=True))
+        edo_cpu.append(time.process_time() - cpu0)
         model_calls.append(sum(e.model_calls for e in service.encoders) - calls0)
         searches.append(sum(x.searches for x in {id(x): x for x in service.retrievers}.values()) - search0)
         cart_times.append(random_legal_steps(cart, args.steps, rng, masked=False))
@@ -207,9 +211,12 @@ def main() -> None:
     ratios = [e / c for e, c in zip(edo_sps, cart_sps, strict=True)]
     latency = retrieval_latency(edo)
     first_ratios = [f["edo_steps_per_s"] / f["cartpole_steps_per_s"] for f in first]
+    warm_cpu_rate = float(np.median([args.steps / c for c in edo_cpu]))
     payload = {
         "settings": vars(args),
         "edo_steps_per_s": median_iqr(edo_sps),
+        # steps per CPU second of this process: less sensitive than wall time to other jobs on the machine
+        "edo_steps_per_cpu_s": median_iqr([args.steps / c for c in edo_cpu]),
         "cartpole_steps_per_s": median_iqr(cart_sps),
         "edo_over_cartpole": median_iqr(ratios),
         "embedder_calls_in_timed_steps": model_calls,
@@ -220,11 +227,15 @@ def main() -> None:
             "runs": first,
             "edo_steps_per_s": median_iqr([f["edo_steps_per_s"] for f in first]) if first else None,
             "cartpole_steps_per_s": median_iqr([f["cartpole_steps_per_s"] for f in first]) if first else None,
+            "edo_steps_per_cpu_s": median_iqr([args.first_steps / f["edo_cpu_s"] for f in first]) if first else None,
         },
         # mean steps/s over the first --first-steps steps of a fresh process (disk cache present) / CartPole's, same process
         "first_50k_over_cartpole": median_iqr(first_ratios) if first else None,
-        # the same first-steps rate over the warm (steady-state) rate of the main process
+        # the same first-steps rate over the warm (steady-state) rate of the main process, in wall and in CPU time
         "first_50k_over_warm": median_iqr([f["edo_steps_per_s"] / float(np.median(edo_sps)) for f in first])
+        if first
+        else None,
+        "first_50k_over_warm_cpu": median_iqr([(args.first_steps / f["edo_cpu_s"]) / warm_cpu_rate for f in first])
         if first
         else None,
         "retrieval_latency_ms": latency,
@@ -268,6 +279,7 @@ def main() -> None:
             f"| first {args.first_steps // 1000}k / CartPole | {np.median(first_ratios):.3f} | "
             f"{np.percentile(first_ratios, 25):.3f}-{np.percentile(first_ratios, 75):.3f} |",
             f"| first {args.first_steps // 1000}k / warm EDO-v0 (above) | {np.median(fe) / np.median(edo_sps):.2f} | |",
+            f"| same, in steps per CPU second | {payload['first_50k_over_warm_cpu']['median']:.2f} | |",
             "",
             f"Embedder calls / chromadb searches in those steps: {[f['embedder_calls'] for f in first]} / "
             f"{[f['chromadb_searches'] for f in first]}.",
