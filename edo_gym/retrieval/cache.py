@@ -117,8 +117,8 @@ class EmbeddingCache:
         Locks of the missing files are taken in path order (no deadlock with another process doing the same, or
         with :meth:`load_or_build`, which takes one).
         """
-        paths = {kind: self.path_for(kind, model_id, texts_hash(texts)) for kind, texts in requests.items()}
         hashes = {kind: texts_hash(texts) for kind, texts in requests.items()}
+        paths = {kind: self.path_for(kind, model_id, content_hash) for kind, content_hash in hashes.items()}
         out: dict[str, np.ndarray] = {}
         missing = []
         for kind, texts in requests.items():

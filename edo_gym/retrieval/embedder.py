@@ -291,19 +291,21 @@ class Embedder:
                 with lock:
                     bar.update(sum(len(d) for d in job.duplicates.values()))
 
-        previous = torch.get_num_threads()
         jobs = sorted(jobs, key=lambda j: -j.tokens)  # longest first: threads finish together
         try:
             if n_threads > 1:
+                previous = torch.get_num_threads()
                 torch.set_num_threads(1)  # one torch thread per Python thread (same results: measured bit-identical)
-                with ThreadPoolExecutor(n_threads, thread_name_prefix="edo-embed") as pool:
-                    for future in [pool.submit(run, job) for job in jobs]:
-                        future.result()
+                try:
+                    with ThreadPoolExecutor(n_threads, thread_name_prefix="edo-embed") as pool:
+                        for future in [pool.submit(run, job) for job in jobs]:
+                            future.result()
+                finally:
+                    torch.set_num_threads(previous)
             else:
                 for job in jobs:
                     run(job)
         finally:
-            torch.set_num_threads(previous)
             if bar is not None:
                 bar.close()
 

@@ -329,6 +329,8 @@ class RetrievalService:
         docs = [d.text for d in world.documents]
         queries = world.canonical_queries()
         extra = dict(extra_texts or {})
+        if {"corpus", "queries"} & set(extra):
+            raise ValueError(f"extra_texts kinds must not be 'corpus' or 'queries', got {sorted(extra)}")
         requests = {"corpus": docs, "queries": queries, **extra}
         vectors = self.cache.load_or_build_many(self.model_id, requests, self._build_embeddings)
         self.doc_vectors = vectors["corpus"]
