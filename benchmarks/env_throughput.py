@@ -127,6 +127,7 @@ def retrieval_latency(env, n: int = 300) -> dict[str, dict[str, float]]:
     queries = queries[:n]
     out = {}
     retriever.memo.clear()
+    presearched, retriever.presearched = retriever.presearched, None  # each timed search is one real index query
     times = []
     for q in queries:  # canonical vector known, search not memoised: a real chromadb query
         t0 = time.perf_counter()
@@ -146,6 +147,7 @@ def retrieval_latency(env, n: int = 300) -> dict[str, dict[str, float]]:
         retriever.search(novel, 3)
         times.append(time.perf_counter() - t0)
     out["uncached_with_embedding_ms"] = times
+    retriever.presearched = presearched
     return {
         key: {"p50": float(np.percentile(v, 50) * 1e3), "p99": float(np.percentile(v, 99) * 1e3), "n": len(v)}
         for key, v in out.items()
