@@ -38,6 +38,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
 import torch as th  # noqa: E402
 from stable_baselines3.common.base_class import BaseAlgorithm  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
@@ -447,10 +448,45 @@ def _edo_ids() -> list[str]:
     return list(VARIANTS)
 
 
+class FreshInfoDummyVecEnv(DummyVecEnv):
+    """``DummyVecEnv`` whose ``step_wait`` returns the step's info dicts as the envs made them, not a deep copy.
+
+    ``DummyVecEnv`` deep-copies the list of infos on every step (in case an env reuses or later changes an info it
+    returned). An EDO env builds every info, and every value in it, anew on each step and never touches it again
+    (nor do ``Monitor`` and ``GroupStartWrapper``), so the copy changes nothing but costs ~15% of ``make train``'s
+    time (16 envs: 16 nested dicts per step). Observations, rewards, dones and infos are the same as
+    ``DummyVecEnv``'s (tested); ``make_train_env`` uses it for EDO ids only.
+    """
+
+    def step_wait(self) -> Any:
+        # DummyVecEnv.step_wait (stable-baselines3 2.x) without the final deepcopy of the infos
+        for env_idx in range(self.num_envs):
+            obs, self.buf_rews[env_idx], terminated, truncated, self.buf_infos[env_idx] = self.envs[env_idx].step(
+                self.actions[env_idx]
+            )
+            self.buf_dones[env_idx] = terminated or truncated
+            self.buf_infos[env_idx]["TimeLimit.truncated"] = truncated and not terminated
+            if self.buf_dones[env_idx]:
+                self.buf_infos[env_idx]["terminal_observation"] = obs
+                obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
+            self._save_obs(env_idx, obs)
+        return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), list(self.buf_infos)
+
+
+def _is_edo_id(env_id: str) -> bool:
+    return env_id.split(":", 1)[-1] in _edo_ids()
+
+
 def make_train_env(cfg: TrainConfig) -> VecEnv:
-    """The training VecEnv: ``cfg.n_envs`` copies of ``cfg.env_id`` (train split), each wrapped in ``Monitor``."""
+    """The training VecEnv: ``cfg.n_envs`` copies of ``cfg.env_id`` (train split), each wrapped in ``Monitor``.
+
+    ``vec_env="dummy"`` on an EDO id gives a :class:`FreshInfoDummyVecEnv` (no deep copy of the infos per step).
+    """
     _ensure_registered(cfg.env_id)
-    vec_cls = DummyVecEnv if cfg.vec_env == "dummy" else SubprocVecEnv
+    if cfg.vec_env == "dummy":
+        vec_cls: type[VecEnv] = FreshInfoDummyVecEnv if _is_edo_id(cfg.env_id) else DummyVecEnv
+    else:
+        vec_cls = SubprocVecEnv
     # make_vec_env would ask for render_mode="rgb_array", which EDO does not support
     env_kwargs = {"render_mode": None, **cfg.env_kwargs}
     # GRPO/GiGPO queue each episode's start in the env, so that the VecEnv's auto-reset is its only reset

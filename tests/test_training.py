@@ -6,12 +6,17 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch as th  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
+from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
 from baselines.heuristics import HEURISTICS  # noqa: E402
 from baselines.training import (  # noqa: E402
     ALGOS,
+    FreshInfoDummyVecEnv,
     RecordedStepsProgressBar,
     TrainConfig,
     evaluate_saved,
@@ -142,6 +147,60 @@ def test_progress_bar_counts_recorded_steps(algo):
     finally:
         env.close()
     assert bar.pbar.n == model.num_timesteps >= cfg.total_timesteps
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def _mutables(value, out: list) -> list:
+    if isinstance(value, (dict, np.ndarray, list)):
+        out.append(value)
+    if isinstance(value, dict):
+        for v in value.values():
+            _mutables(v, out)
+    return out
+
+
+def test_fresh_info_dummy_vec_env_matches_dummy_vec_env():
+    """make_train_env's VecEnv for EDO ids skips DummyVecEnv's deepcopy of the infos: same observations, rewards,
+    dones and infos step for step (episode ends and auto-resets included), and no info shares a dict or an array
+    with another step's info (so the copy was not needed)."""
+    cfg = TrainConfig(**{**TINY, "n_envs": 3})
+    fast = make_train_env(cfg)
+    ref = make_vec_env(
+        cfg.env_id, n_envs=3, seed=cfg.seed, vec_env_cls=DummyVecEnv, env_kwargs={"render_mode": None},
+        wrapper_class=GroupStartWrapper,
+    )  # fmt: skip
+    try:
+        assert type(fast) is FreshInfoDummyVecEnv and type(ref) is DummyVecEnv
+        obs_a, obs_b = fast.reset(), ref.reset()
+        rng = np.random.default_rng(0)
+        seen: list = []
+        dones = 0
+        for _ in range(300):
+            assert _same(dict(obs_a), dict(obs_b))
+            masks = np.stack(fast.env_method("action_masks"))
+            actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
+            obs_a, rew_a, done_a, infos_a = fast.step(actions)
+            obs_b, rew_b, done_b, infos_b = ref.step(actions)
+            assert np.array_equal(rew_a, rew_b) and np.array_equal(done_a, done_b)
+            for x, y in zip(infos_a, infos_b, strict=True):
+                if "episode" in x:  # Monitor's episode record holds the wall time since the env was made
+                    x, y = {**x, "episode": {**x["episode"], "t": 0}}, {**y, "episode": {**y["episode"], "t": 0}}
+                assert _same(x, y), (x, y)
+            for info in infos_a:
+                seen += _mutables(info, [])
+            dones += int(done_a.sum())
+        assert dones > 10  # episode ends (terminal observations, auto-resets) were compared too
+        assert len({id(v) for v in seen}) == len(seen), "an info shares a dict or array with another step's info"
+    finally:
+        fast.close()
+        ref.close()
 
 
 def test_eval_episodes_zero_skips_evaluation(tmp_path):
