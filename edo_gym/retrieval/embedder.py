@@ -312,9 +312,10 @@ class Embedder:
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Token count of each text under the model's own tokenizer (special tokens excluded).
 
-        Counted by a copy of the fast tokenizer's Rust backend without truncation or padding (the same ids as
-        ``tokenizer(texts, add_special_tokens=False)``, at a tenth of the cost per text); through the Python
-        tokenizer for a slow tokenizer.
+        Counted by a copy of the fast tokenizer's Rust backend without truncation or padding: the same ids as
+        ``tokenizer(texts, add_special_tokens=False)`` without its Python overhead (measured per text: 0.08 vs
+        0.5 ms for short texts, 0.21 vs 0.28 ms for the ~150-character texts counted at step time). A slow
+        tokenizer counts through the Python tokenizer.
         """
         if not texts:
             return []
