@@ -8,10 +8,15 @@ Measures, in one run on this machine:
   ``gym.make("CartPole-v1")`` with random actions, and their ratio (medians over repeats);
 - cold start (a fresh process with an empty embedding cache: embed the corpus, canonical queries and task
   texts, build chromadb collections) and warm start (a fresh process with the cache present);
+- the first steps of a fresh process with the disk cache present (``--first-steps``, default 50,000): its mean
+  steps/s over them, with no warm-up (memo caches empty: every query string met for the first time is embedded
+  and searched for real), next to CartPole-v1's rate measured in that same process right after
+  (``first_50k_over_cartpole``, median over ``--first-repeats`` processes with seeds 0, 1, ...);
 - retrieval latency p50/p99: memoised hits, uncached searches whose query vector is known, and fully
   uncached queries that also run the embedder.
 
-Usage: ``python benchmarks/env_throughput.py [--steps 20000] [--repeats 5] [--warmup 150000]``.
+Usage: ``python benchmarks/env_throughput.py [--steps 20000] [--repeats 5] [--warmup 150000] [--first-steps 50000]
+[--first-repeats 3]``.
 Results: ``benchmarks/results/env_throughput.{json,md}``.
 """
 
@@ -55,6 +60,42 @@ def start_time(cache_dir: str) -> dict[str, float]:
     return result
 
 
+_FIRST_STEPS_SNIPPET = """
+import json, sys, time
+sys.path.insert(0, {repo!r})
+import numpy as np
+t0 = time.perf_counter()
+import gymnasium as gym, edo_gym
+from benchmarks.env_throughput import random_legal_steps
+env = gym.make("EDO-v0")
+service = env.unwrapped.service
+t1 = time.perf_counter()
+rng = np.random.default_rng({seed})
+cpu0 = time.process_time()
+edo_s = random_legal_steps(env, {steps}, rng, masked=True)
+edo_cpu_s = time.process_time() - cpu0
+cart_s = random_legal_steps(gym.make("CartPole-v1"), {steps}, rng, masked=False)
+print(json.dumps({{
+    "make_s": t1 - t0, "edo_s": edo_s, "edo_cpu_s": edo_cpu_s, "cartpole_s": cart_s,
+    "embedder_calls": sum(e.model_calls for e in service.encoders),
+    "chromadb_searches": sum(x.searches for x in {{id(x): x for x in service.retrievers}}.values()),
+}}))
+"""
+
+
+def first_steps(cache_dir: str, steps: int, seed: int) -> dict[str, float]:
+    """A fresh interpreter with the embedding cache ``cache_dir`` present: seconds of its first ``steps`` random legal
+    EDO-v0 steps (after make, timed apart), then of as many CartPole-v1 steps in the same process."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1", TQDM_DISABLE="1")
+    code = _FIRST_STEPS_SNIPPET.format(repo=repo, seed=seed, steps=steps)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["edo_steps_per_s"] = steps / result["edo_s"]
+    result["cartpole_steps_per_s"] = steps / result["cartpole_s"]
+    return result
+
+
 def random_legal_steps(env, n: int, rng: np.random.Generator, masked: bool) -> float:
     """Seconds to take ``n`` random (legal, if ``masked``) steps, resetting at episode ends."""
     obs, info = env.reset(seed=int(rng.integers(1 << 30)))
@@ -86,6 +127,7 @@ def retrieval_latency(env, n: int = 300) -> dict[str, dict[str, float]]:
     queries = queries[:n]
     out = {}
     retriever.memo.clear()
+    presearched, retriever.presearched = retriever.presearched, None  # each timed search is one real index query
     times = []
     for q in queries:  # canonical vector known, search not memoised: a real chromadb query
         t0 = time.perf_counter()
@@ -105,6 +147,7 @@ def retrieval_latency(env, n: int = 300) -> dict[str, dict[str, float]]:
         retriever.search(novel, 3)
         times.append(time.perf_counter() - t0)
     out["uncached_with_embedding_ms"] = times
+    retriever.presearched = presearched
     return {
         key: {"p50": float(np.percentile(v, 50) * 1e3), "p99": float(np.percentile(v, 99) * 1e3), "n": len(v)}
         for key, v in out.items()
@@ -117,6 +160,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=150_000, help="EDO warm-up steps before timing (fills memo caches)")
     parser.add_argument("--no-start", action="store_true", help="skip the cold/warm start measurements")
+    parser.add_argument("--first-steps", type=int, default=50_000, help="steps of the fresh-process measurement")
+    parser.add_argument("--first-repeats", type=int, default=3, help="fresh processes for --first-steps (0: skip)")
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args()
 
@@ -124,24 +169,38 @@ def main() -> None:
 
     import edo_gym  # noqa: F401
 
+    load0 = os.getloadavg()[0]
     starts = {}
-    if not args.no_start:
-        with tempfile.TemporaryDirectory() as cold_dir:
+    first: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as cache_dir:
+        if not args.no_start:
             print("cold start (empty embedding cache) ...", flush=True)
-            starts["cold"] = start_time(cold_dir)
+            starts["cold"] = start_time(cache_dir)
             print("warm start (cache present) ...", flush=True)
-            starts["warm"] = start_time(cold_dir)
+            starts["warm"] = start_time(cache_dir)
+        for r in range(args.first_repeats):
+            if r == 0 and args.no_start:
+                start_time(cache_dir)  # fills the disk cache
+            print(f"first {args.first_steps} steps of a fresh process (disk cache present), seed {r} ...", flush=True)
+            first.append(first_steps(cache_dir, args.first_steps, seed=r))
+            print(
+                f"  EDO {first[-1]['edo_steps_per_s']:,.0f} steps/s, CartPole {first[-1]['cartpole_steps_per_s']:,.0f} "
+                f"steps/s; {first[-1]['embedder_calls']} embedder calls, {first[-1]['chromadb_searches']} chromadb searches",
+                flush=True,
+            )
     print(f"EDO warm-up: {args.warmup} random legal steps ...", flush=True)
     edo = gym.make("EDO-v0")
     service = edo.unwrapped.service
     rng = np.random.default_rng(0)
     random_legal_steps(edo, args.warmup, rng, masked=True)
     cart = gym.make("CartPole-v1")
-    edo_times, cart_times, model_calls, searches = [], [], [], []
+    edo_times, edo_cpu, cart_times, model_calls, searches = [], [], [], [], []
     for r in range(args.repeats):
         calls0 = sum(e.model_calls for e in service.encoders)
         search0 = sum(x.searches for x in {id(x): x for x in service.retrievers}.values())
+        cpu0 = time.process_time()
         edo_times.append(random_legal_steps(edo, args.steps, rng, masked=True))
+        edo_cpu.append(time.process_time() - cpu0)
         model_calls.append(sum(e.model_calls for e in service.encoders) - calls0)
         searches.append(sum(x.searches for x in {id(x): x for x in service.retrievers}.values()) - search0)
         cart_times.append(random_legal_steps(cart, args.steps, rng, masked=False))
@@ -153,15 +212,36 @@ def main() -> None:
     cart_sps = [args.steps / t for t in cart_times]
     ratios = [e / c for e, c in zip(edo_sps, cart_sps, strict=True)]
     latency = retrieval_latency(edo)
+    first_ratios = [f["edo_steps_per_s"] / f["cartpole_steps_per_s"] for f in first]
+    warm_cpu_rate = float(np.median([args.steps / c for c in edo_cpu]))
     payload = {
         "settings": vars(args),
         "edo_steps_per_s": median_iqr(edo_sps),
+        # steps per CPU second of this process: less sensitive than wall time to other jobs on the machine
+        "edo_steps_per_cpu_s": median_iqr([args.steps / c for c in edo_cpu]),
         "cartpole_steps_per_s": median_iqr(cart_sps),
         "edo_over_cartpole": median_iqr(ratios),
         "embedder_calls_in_timed_steps": model_calls,
         "chromadb_searches_in_timed_steps": searches,
         "start": starts,
+        "first_steps": {
+            "steps": args.first_steps,
+            "runs": first,
+            "edo_steps_per_s": median_iqr([f["edo_steps_per_s"] for f in first]) if first else None,
+            "cartpole_steps_per_s": median_iqr([f["cartpole_steps_per_s"] for f in first]) if first else None,
+            "edo_steps_per_cpu_s": median_iqr([args.first_steps / f["edo_cpu_s"] for f in first]) if first else None,
+        },
+        # mean steps/s over the first --first-steps steps of a fresh process (disk cache present) / CartPole's, same process
+        "first_50k_over_cartpole": median_iqr(first_ratios) if first else None,
+        # the same first-steps rate over the warm (steady-state) rate of the main process, in wall and in CPU time
+        "first_50k_over_warm": median_iqr([f["edo_steps_per_s"] / float(np.median(edo_sps)) for f in first])
+        if first
+        else None,
+        "first_50k_over_warm_cpu": median_iqr([(args.first_steps / f["edo_cpu_s"]) / warm_cpu_rate for f in first])
+        if first
+        else None,
         "retrieval_latency_ms": latency,
+        "load_average_at_start": load0,
         "target_steps_per_s": 5000,
         "target_met": float(np.median(edo_sps)) >= 5000,
     }
@@ -170,7 +250,8 @@ def main() -> None:
         "# EDO-v0 throughput",
         "",
         f"Machine: {machine_line(m)}. Command: `python benchmarks/env_throughput.py "
-        f"--steps {args.steps} --repeats {args.repeats} --warmup {args.warmup}`.",
+        f"--steps {args.steps} --repeats {args.repeats} --warmup {args.warmup} --first-steps {args.first_steps} "
+        f"--first-repeats {args.first_repeats}`. Load average at the start: {load0:.1f}.",
         "",
         "| measure | median | IQR |",
         "|---|---|---|",
@@ -184,6 +265,28 @@ def main() -> None:
         f"{model_calls} / {searches}. Target 5,000 steps/s: {'met' if payload['target_met'] else 'NOT met'}.",
         "",
     ]
+    if first:
+        fe = [f["edo_steps_per_s"] for f in first]
+        fc = [f["cartpole_steps_per_s"] for f in first]
+        lines += [
+            f"First {args.first_steps:,} steps of a fresh process with the disk cache present (no warm-up; "
+            f"{len(first)} processes, seeds 0-{len(first) - 1}; CartPole measured in the same process right after):",
+            "",
+            "| measure | median | IQR |",
+            "|---|---|---|",
+            f"| EDO-v0 steps/s, first {args.first_steps:,} steps | {np.median(fe):,.0f} | "
+            f"{np.percentile(fe, 25):,.0f}-{np.percentile(fe, 75):,.0f} |",
+            f"| CartPole-v1 steps/s (same processes) | {np.median(fc):,.0f} | "
+            f"{np.percentile(fc, 25):,.0f}-{np.percentile(fc, 75):,.0f} |",
+            f"| first {args.first_steps // 1000}k / CartPole | {np.median(first_ratios):.3f} | "
+            f"{np.percentile(first_ratios, 25):.3f}-{np.percentile(first_ratios, 75):.3f} |",
+            f"| first {args.first_steps // 1000}k / warm EDO-v0 (above) | {np.median(fe) / np.median(edo_sps):.2f} | |",
+            f"| same, in steps per CPU second | {payload['first_50k_over_warm_cpu']['median']:.2f} | |",
+            "",
+            f"Embedder calls / chromadb searches in those steps: {[f['embedder_calls'] for f in first]} / "
+            f"{[f['chromadb_searches'] for f in first]}.",
+            "",
+        ]
     if starts:
         lines += [
             "| start | import (s) | make + reset (s) | whole process (s) |",

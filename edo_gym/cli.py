@@ -191,6 +191,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"{result.n_params} policy parameters; saved {result.model_path}",
         flush=True,
     )
+    if result.time_breakdown:
+        from baselines.training import format_time_breakdown
+
+        print(f"Where the training time went: {format_time_breakdown(result.time_breakdown)}", flush=True)
     if result.results:
         print(
             f"\n{cfg.algo} vs heuristics on {cfg.env_id}, {result.results[-1].episodes} held-out tasks (test split), "

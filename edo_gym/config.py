@@ -332,6 +332,10 @@ class RetrievalConfig:
     #: ``"none"``, or ``"shuffled"``: every retriever returns random documents of its own shard instead of the
     #: search result (an ablation for the validity benchmark: retrieval must matter).
     ablation: str = "none"
+    #: At a retriever's first search with a given ``k``, search all canonical queries (their vectors are on disk) in
+    #: one batched chromadb query and memoise the results, instead of one query each at first use. Exact: the same
+    #: results as one query at a time (tested); it moves the first steps' many single searches into one batch.
+    presearch: bool = True
 
     def __post_init__(self) -> None:
         owner = "RetrievalConfig"
@@ -348,6 +352,7 @@ class RetrievalConfig:
         _check_int(owner, "task_embedding_dim", self.task_embedding_dim, 1, 4096)
         _check_float(owner, "latency_s", self.latency_s, 0.0, 60.0)
         _check_choice(owner, "ablation", self.ablation, RETRIEVAL_ABLATIONS)
+        _check_type(owner, "presearch", self.presearch, bool)
 
 
 @dataclass(frozen=True)

@@ -312,7 +312,8 @@ import gymnasium as gym
 env = gym.make("edo_gym:EDO-v0", render_mode="ansi")
 digests = _episode_digests(env, episodes={episodes}, seed={seed}, max_steps={max_steps})
 service = env.unwrapped.service
-searches = sum(r.searches for r in {{id(r): r for r in service.retrievers}}.values())
+# single searches plus canonical queries searched in batches (RetrievalConfig.presearch): all real chromadb queries
+searches = sum(r.searches + r.presearches for r in {{id(r): r for r in service.retrievers}}.values())
 print("RESULT " + json.dumps({{"pid": os.getpid(), "backend": service.search_backend, "searches": searches,
                                "digests": digests}}))
 """

@@ -96,8 +96,8 @@ import gymnasium as gym
 calls = []
 
 def probe(frame, event, arg):
-    # every Python-level call of an ``encode`` defined by edo_gym or sentence-transformers (nothing is patched)
-    if event == "call" and frame.f_code.co_name == "encode":
+    # every Python-level call of an ``encode*`` defined by edo_gym or sentence-transformers (nothing is patched)
+    if event == "call" and frame.f_code.co_name.startswith("encode"):
         filename = frame.f_code.co_filename
         if "edo_gym" in filename or "sentence_transformers" in filename:
             calls.append(filename)
@@ -280,3 +280,29 @@ def test_cache_files_are_readable_by_others_as_the_umask_allows(tmp_path):
         os.umask(old)
     (path,) = tmp_path.glob("unit-*.npz")
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+# ================================================================================================ exact speed options
+def test_presearched_results_equal_one_search_at_a_time(env):
+    """``RetrievalConfig.presearch`` (on by default) batch-searches the canonical queries at a retriever's first
+    search with a given k: every presearched result equals what a search of that query alone returns."""
+    queries = env.world.canonical_queries()
+    ks = sorted({spec.top_k for spec in env.config.workers})
+    for retriever in {id(r): r for r in env.service.retrievers}.values():
+        if retriever.size == 0:
+            continue
+        for k in ks:
+            retriever.memo.clear()
+            assert retriever.presearched is not None
+            retriever.presearched.discard(k)
+            before = retriever.presearches
+            retriever.search(queries[0], k)  # the first search with k presearches every canonical query
+            assert retriever.presearches == before + len(queries)
+            batched = {q: retriever.memo.get((q, k)) for q in queries}
+            assert all(v is not None for v in batched.values())
+            retriever.memo.clear()
+            retriever.presearched.add(k)  # no presearch: each query below is one index query
+            searches = retriever.searches
+            single = {q: retriever.search(q, k) for q in queries}
+            assert retriever.searches == searches + len(queries)
+            assert single == batched, [q for q in queries if single[q] != batched[q]][:5]

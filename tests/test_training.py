@@ -6,12 +6,17 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch as th  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
+from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
 from baselines.heuristics import HEURISTICS  # noqa: E402
 from baselines.training import (  # noqa: E402
     ALGOS,
+    FreshInfoDummyVecEnv,
     RecordedStepsProgressBar,
     TrainConfig,
     evaluate_saved,
@@ -103,6 +108,16 @@ def test_train_save_evaluate_round_trip(algo, tmp_path):
     assert summary["config"]["algo"] == algo and summary["num_timesteps"] == result.num_timesteps
     assert result.num_timesteps >= cfg.total_timesteps
     assert result.train_wall_s > 0 and result.steps_per_s > 0 and result.n_params > 0
+    # where the training time went: every part measured, the parts add up to learn()'s wall time
+    times = result.time_breakdown
+    assert summary["time_breakdown"] == pytest.approx(times)
+    parts = ("env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s")
+    assert set(times) == {"total_s", "process_cpu_s", *parts} and times["process_cpu_s"] > 0
+    assert all(times[k] > 0 for k in ("env_s", "policy_inference_s", "update_s")), times
+    assert sum(times[k] for k in parts) == pytest.approx(times["total_s"], rel=1e-6)
+    assert times["total_s"] <= result.train_wall_s
+    # the timing hooks are gone: nothing of them is left on the model, its policy or in the saved file
+    assert not {"train", "collect_rollouts"} & set(vars(model)) and "forward" not in vars(model.policy)
     # four heuristics then the model, on the same 4 held-out tasks
     assert [r.policy for r in result.results] == [*HEURISTICS, algo]
     assert all(r.episodes == 4 for r in result.results)
@@ -132,6 +147,60 @@ def test_progress_bar_counts_recorded_steps(algo):
     finally:
         env.close()
     assert bar.pbar.n == model.num_timesteps >= cfg.total_timesteps
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def _mutables(value, out: list) -> list:
+    if isinstance(value, (dict, np.ndarray, list)):
+        out.append(value)
+    if isinstance(value, dict):
+        for v in value.values():
+            _mutables(v, out)
+    return out
+
+
+def test_fresh_info_dummy_vec_env_matches_dummy_vec_env():
+    """make_train_env's VecEnv for EDO ids skips DummyVecEnv's deepcopy of the infos: same observations, rewards,
+    dones and infos step for step (episode ends and auto-resets included), and no info shares a dict or an array
+    with another step's info (so the copy was not needed)."""
+    cfg = TrainConfig(**{**TINY, "n_envs": 3})
+    fast = make_train_env(cfg)
+    ref = make_vec_env(
+        cfg.env_id, n_envs=3, seed=cfg.seed, vec_env_cls=DummyVecEnv, env_kwargs={"render_mode": None},
+        wrapper_class=GroupStartWrapper,
+    )  # fmt: skip
+    try:
+        assert type(fast) is FreshInfoDummyVecEnv and type(ref) is DummyVecEnv
+        obs_a, obs_b = fast.reset(), ref.reset()
+        rng = np.random.default_rng(0)
+        seen: list = []
+        dones = 0
+        for _ in range(300):
+            assert _same(dict(obs_a), dict(obs_b))
+            masks = np.stack(fast.env_method("action_masks"))
+            actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
+            obs_a, rew_a, done_a, infos_a = fast.step(actions)
+            obs_b, rew_b, done_b, infos_b = ref.step(actions)
+            assert np.array_equal(rew_a, rew_b) and np.array_equal(done_a, done_b)
+            for x, y in zip(infos_a, infos_b, strict=True):
+                if "episode" in x:  # Monitor's episode record holds the wall time since the env was made
+                    x, y = {**x, "episode": {**x["episode"], "t": 0}}, {**y, "episode": {**y["episode"], "t": 0}}
+                assert _same(x, y), (x, y)
+            for info in infos_a:
+                seen += _mutables(info, [])
+            dones += int(done_a.sum())
+        assert dones > 10  # episode ends (terminal observations, auto-resets) were compared too
+        assert len({id(v) for v in seen}) == len(seen), "an info shares a dict or array with another step's info"
+    finally:
+        fast.close()
+        ref.close()
 
 
 def test_eval_episodes_zero_skips_evaluation(tmp_path):
@@ -179,6 +248,7 @@ def test_cli_train_and_evaluate_tiny(tmp_path, capsys):
     assert path.is_file()
     assert "| policy | success rate" in text and "| grpo |" in text and "| static_pipeline |" in text
     assert "the static pipeline's" in text  # the verdict line
+    assert "Where the training time went: env stepping" in text and "policy inference" in text and "update" in text
     assert any((tmp_path / "tb").rglob("events.out.tfevents.*")), "TensorBoard log expected"
 
     rc = main(["evaluate", str(path), "--env", "EDO-v0", "--episodes", "3", "--no-heuristics"])

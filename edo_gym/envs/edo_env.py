@@ -134,7 +134,11 @@ class EDOEnv(gym.Env):
         self.world = _world(cfg.world)
         self.pool = _task_pool(cfg.world, cfg.tasks)
         self.num_tasks = int(len(self.pool.ids))
-        self.service = RetrievalService.get(self.world, cfg.retrieval, [w.shard for w in cfg.workers])
+        task_texts = [t.text for t in self.pool.tasks]
+        # the task texts are embedded (on a cold cache) in one go with the corpus and the canonical queries
+        self.service = RetrievalService.get(
+            self.world, cfg.retrieval, [w.shard for w in cfg.workers], extra_texts={"tasks": task_texts}
+        )
         self.backend: LLMBackend = backend or SimulatedBackend(self.world, cfg.workers, cfg.planner, self.pool.tasks)
         self.retry_policy = RetryPolicy(cfg.backend_retries, cfg.backend_backoff_s, cfg.backend_timeout_s)
         self.caller = AgentCaller(self.backend, self.service, self.retry_policy)
@@ -149,7 +153,7 @@ class EDOEnv(gym.Env):
             for i, spec in enumerate(cfg.workers)
         ]
         self.linker = self.world.linker(cfg.entity_link_threshold)
-        task_vectors = self.service.embed_texts("tasks", [t.text for t in self.pool.tasks])
+        task_vectors = self.service.embed_texts("tasks", task_texts)
         self._task_features = self._make_task_features(task_vectors)
 
         W = len(cfg.workers)

