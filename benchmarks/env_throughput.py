@@ -15,6 +15,10 @@ Measures, in one run on this machine:
 - retrieval latency p50/p99: memoised hits, uncached searches whose query vector is known, and fully
   uncached queries that also run the embedder.
 
+EDO-v0's rates are also given in steps per CPU second of its process (``edo_steps_per_cpu_s``,
+``first_steps.edo_steps_per_cpu_s``, ``first_50k_over_warm_cpu``): on a machine shared with other jobs they move
+far less than wall-time rates.
+
 Usage: ``python benchmarks/env_throughput.py [--steps 20000] [--repeats 5] [--warmup 150000] [--first-steps 50000]
 [--first-repeats 3]``.
 Results: ``benchmarks/results/env_throughput.{json,md}``.
