@@ -195,6 +195,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         from baselines.training import format_time_breakdown
 
         print(f"Where the training time went: {format_time_breakdown(result.time_breakdown)}", flush=True)
+        env_s, total_s = result.time_breakdown.get("env_s", 0.0), result.time_breakdown.get("total_s", 0.0)
+        if env_s > 0 and total_s > 0:  # the env's own rate in this run: its steps over the time spent inside the VecEnv
+            print(
+                f"The training envs stepped at {result.num_timesteps / env_s:.0f} steps/s on their own; training ran at "
+                f"{env_s / total_s:.2f}x that rate",
+                flush=True,
+            )
     if result.results:
         print(
             f"\n{cfg.algo} vs heuristics on {cfg.env_id}, {result.results[-1].episodes} held-out tasks (test split), "

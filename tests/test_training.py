@@ -249,6 +249,7 @@ def test_cli_train_and_evaluate_tiny(tmp_path, capsys):
     assert "| policy | success rate" in text and "| grpo |" in text and "| static_pipeline |" in text
     assert "the static pipeline's" in text  # the verdict line
     assert "Where the training time went: env stepping" in text and "policy inference" in text and "update" in text
+    assert "training ran at" in text and "x that rate" in text
     assert any((tmp_path / "tb").rglob("events.out.tfevents.*")), "TensorBoard log expected"
 
     rc = main(["evaluate", str(path), "--env", "EDO-v0", "--episodes", "3", "--no-heuristics"])
