@@ -87,7 +87,7 @@ def policy_model_path(out_dir: Path, given: str | None) -> Path:
     return cfg.model_path
 
 
-def evaluate_one(policy: str, backend_name: str, backend: Any, args: argparse.Namespace, model_path: Path) -> dict[str, Any]:
+def evaluate_one(policy: str, backend: Any, args: argparse.Namespace, model_path: Path | None) -> dict[str, Any]:
     """One policy on the held-out tasks with one backend: EvalResult fields plus the ledger's counts."""
     kwargs: dict[str, Any] = {"info_text": policy == "llm_router"}
     if backend is not None:
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 if backend_name == "real" and backend is None:
                     backend, real_info = stack.enter_context(real_backend(args))
-                row = evaluate_one(policy, backend_name, backend, args, model_path or Path())
+                row = evaluate_one(policy, backend, args, model_path)
                 write_json_atomic(path, {"row": row, "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
                 records.setdefault(backend_name, {})[policy] = row
                 print(
