@@ -557,3 +557,23 @@ def test_grpo_vs_ppo_summary_update_time_per_sample_epoch():
     # a record without the update time or the step count has no per-sample figure
     assert update_time_per_sample_epoch({k: v for k, v in runs["grpo"][0].items() if k != "update_s"}) is None
     assert update_time_per_sample_epoch(runs["grpo"][0] | {"num_timesteps": 0}) is None
+
+
+def test_grpo_vs_ppo_full_tier_trains_with_the_committed_tuned_ent_coefs(tmp_path, monkeypatch):
+    """The full tier (what ``make bench`` runs) uses tune_ent_coef.json's choice per algorithm; quick uses the class
+    defaults; ``none`` turns it off; a missing file is an error that says what to do."""
+    from benchmarks.grpo_vs_ppo import STUDY, tuned_ent_coefs
+
+    def configure(*argv: str):
+        return STUDY.configure(STUDY.parser().parse_args(list(argv)), list(argv))
+
+    monkeypatch.chdir(tmp_path)  # the default path is resolved against the repository, not the working directory
+    best = json.loads((REPO / "benchmarks/results/tune_ent_coef.json").read_text())["best"]
+    full = configure()
+    assert tuned_ent_coefs(full) == {a: float(b["ent_coef"]) for a, b in best.items() if b is not None}
+    planned = {r.algo: r.spec.train_overrides.get("ent_coef") for r in STUDY.plan(full)}
+    assert planned == tuned_ent_coefs(full) and set(planned) == {"grpo", "gigpo", "ppo", "maskable_ppo"}
+    assert tuned_ent_coefs(configure("--quick")) == {}
+    assert tuned_ent_coefs(configure("--ent-coef-from", "none")) == {}
+    with pytest.raises(SystemExit, match="no file .*missing.json.*make bench-tune"):
+        tuned_ent_coefs(configure("--ent-coef-from", str(tmp_path / "missing.json")))
