@@ -64,6 +64,8 @@ VEC_ENV_KINDS: tuple[str, ...] = ("dummy", "subproc")
 GROUP_MODES: tuple[str | None, ...] = (None, "seed", "task_id")
 SUPERVISIONS: tuple[str, ...] = ("outcome", "process")
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dapo", "dr_grpo")
+#: GRPO's ``filter_on`` values (``baselines.grpo.advantages.FILTER_ON``).
+FILTER_ON: tuple[str, ...] = ("return", "success")
 SCALE_REWARDS: tuple[str | None, ...] = (None, "group", "batch", "none")
 
 
@@ -135,6 +137,11 @@ class TrainConfig:
     kl_coef: float = 0.0
     #: GiGPO: weight of the step-level (anchor-state) advantage.
     step_advantage_weight: float = 1.0
+    #: GRPO/GiGPO tie filter: ``"return"`` (returns tie) or ``"success"`` (all members succeeded or all failed, DAPO's
+    #: criterion; needs ``info["is_success"]``, which every EDO env reports).
+    filter_on: str = "return"
+    #: GRPO/GiGPO: DAPO dynamic sampling (draw more groups until ``groups_per_rollout`` are informative, up to 4x).
+    dynamic_sampling: bool = False
     # -- PPO / MaskablePPO ----------------------------------------------------------------------------------------
     #: Steps per env per rollout (PPO rollout = ``n_steps * n_envs`` steps).
     n_steps: int = 256
@@ -222,6 +229,8 @@ class TrainConfig:
             f"scale_rewards must be one of {list(SCALE_REWARDS)}, got {self.scale_rewards!r}",
         )
         need(self.loss_type in LOSS_TYPES, f"loss_type must be one of {list(LOSS_TYPES)}, got {self.loss_type!r}")
+        need(self.filter_on in FILTER_ON, f"filter_on must be one of {list(FILTER_ON)}, got {self.filter_on!r}")
+        need(isinstance(self.dynamic_sampling, bool), f"dynamic_sampling must be a bool, got {self.dynamic_sampling!r}")
         need(
             is_num(self.step_advantage_weight) and self.step_advantage_weight >= 0,
             f"step_advantage_weight must be >= 0, got {self.step_advantage_weight!r}",
@@ -528,6 +537,8 @@ def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
             clip_range_high=cfg.clip_range_high,
             kl_coef=cfg.kl_coef,
             loss_type=cfg.loss_type,
+            filter_on=cfg.filter_on,
+            dynamic_sampling=cfg.dynamic_sampling,
             scale_rewards=cfg.scale_rewards or ("group" if cfg.normalize_std else "none"),
             supervision=cfg.supervision,
             group_mode=group_mode,

@@ -167,6 +167,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             scale_rewards=args.scale_rewards,
             loss_type=args.loss_type,
             step_advantage_weight=args.step_advantage_weight,
+            filter_on=args.filter_on,
+            dynamic_sampling=args.dynamic_sampling,
             n_steps=args.n_steps,
             output_dir=args.output_dir,
             tensorboard_log=args.tensorboard_dir,
@@ -343,6 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--step-advantage-weight", type=_non_negative_float, default=d.step_advantage_weight,
                     help="GiGPO: weight of the step-level (anchor-state) advantage" + dft)  # fmt: skip
+    tr.add_argument("--filter-on", choices=("return", "success"), default=d.filter_on,
+                    help="GRPO/GiGPO tie filter: groups whose returns tie, or (success) whose members all succeeded or "
+                    "all failed, DAPO's criterion" + dft)  # fmt: skip
+    tr.add_argument("--dynamic-sampling", action="store_true",
+                    help="GRPO/GiGPO: draw more groups until groups_per_rollout are informative (DAPO), up to 4x")  # fmt: skip
     tr.add_argument("--n-steps", type=_count, default=d.n_steps, help="PPO/MaskablePPO: steps per env per rollout" + dft)
     tr.add_argument("--output-dir", default=d.output_dir, help="where <algo>_<env>_<seed>.zip and .json go" + dft)
     tr.add_argument("--tensorboard-dir", default=d.tensorboard_log, help="TensorBoard log dir (default: no logging)")

@@ -220,6 +220,7 @@ class BrokenCollection:
 STEP_EVENTS = {"dispatch", "verify", "rollback", "replan", "submit", "illegal"}
 INFO_KEYS = {
     "action_mask",
+    "is_success",
     "reward_terms",
     "cost",
     "event",

@@ -375,6 +375,26 @@ def _replay(env: gym.Env, seed: int, prefix: list[int]) -> dict[str, np.ndarray]
     return obs
 
 
+def test_is_success_is_the_episode_outcome_at_its_end(make_env):
+    """SB3's convention: ``info["is_success"]`` is False while an episode runs and its outcome once it ends."""
+    env = make_env("EDO-v0")
+    base: EDOEnv = env.unwrapped
+    outcomes = []
+    for episode, policy in enumerate([OraclePolicy(), None, OraclePolicy(), None]):
+        obs, info = env.reset(seed=200 + episode)
+        if policy is not None:
+            policy.reset(obs, info)
+        done = False
+        while not done:
+            action = base.A_SUBMIT if policy is None else policy.act_hidden(obs, info, base.hidden_state())
+            obs, reward, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+            assert type(info["is_success"]) is bool
+            assert info["is_success"] == (done and info["episode_stats"]["success"])
+        outcomes.append(info["is_success"])
+    assert outcomes[1] is False and outcomes[3] is False and True in outcomes  # submitting at once fails
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_mask_admits_only_legal_actions(make_env, env_id):
     env = make_env(env_id)

@@ -102,6 +102,25 @@ def test_tied_returns_still_kept_with_step_signal():
     assert res.group.dropped_group_fraction == 1.0
 
 
+def test_success_filter_drops_all_fail_groups_at_both_levels():
+    """Two failures from a shared start, one cheaper: with the return filter both levels push the cheaper one up;
+    with success flags (filter_on="success") the group has no outcome difference and is dropped at both levels."""
+    rewards = np.array([-0.1, -0.1, -0.3])  # episode 0: one step; episode 1: two steps, costlier
+    episode_ids, group_ids, anchors = np.array([0, 1, 1]), np.zeros(3, dtype=int), np.array([0, 0, 1])
+    res = compute_gigpo_advantages(rewards, episode_ids, group_ids, anchors, gamma=0.9)
+    assert res.group.keep.all() and res.group.advantages[0] > 0 and res.step_advantages[0] > 0
+    res = compute_gigpo_advantages(rewards, episode_ids, group_ids, anchors, gamma=0.9, episode_success=np.zeros(2, bool))
+    assert res.group.dropped_group_fraction == 1.0 and not res.group.keep.any() and not res.group.advantages.any()
+    res = compute_gigpo_advantages(rewards, episode_ids, group_ids, anchors, gamma=0.9, episode_success=np.array([0, 1], bool))
+    assert res.group.keep.all()
+    env = ChainChoiceEnv()
+    buffer = AnchorGroupRolloutBuffer(env.observation_space, env.action_space, filter_on="success")
+    obs = env.observation_space.sample()
+    for r in ([-0.1], [-0.1, -0.3]):
+        buffer.add_episode(0, [obs] * len(r), [0] * len(r), [0.0] * len(r), r, anchor_keys=["s"] * len(r), success=False)
+    assert not buffer.group_is_informative(0)
+
+
 # ----------------------------------------------------------------------------- algorithm
 def test_anchor_keys_come_from_info_of_the_previous_step():
     # noisy observations never repeat, the env's keys do

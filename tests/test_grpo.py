@@ -34,6 +34,7 @@ from baselines.grpo.advantages import (
     outcome_advantages,
     process_advantages,
     segment_return_to_go,
+    success_tied_groups,
     tied_groups,
 )
 from baselines.grpo.buffers import GroupRolloutBuffer
@@ -151,6 +152,50 @@ def test_tie_filter_uses_process_rewards():
     assert compute_group_advantages(rewards, episode_ids, group_ids, supervision="outcome").dropped_group_fraction == 1.0
     res = compute_group_advantages(rewards, episode_ids, group_ids, supervision="process")
     assert res.dropped_group_fraction == 0.0 and res.keep.all() and np.abs(res.advantages).max() > 0.1
+
+
+def test_success_filter_drops_all_fail_groups_whose_costs_differ():
+    """DAPO filters on accuracy: a group in which every member failed is dropped even though its returns (costs) differ,
+    which the return filter keeps; a group with one success is kept; all-success groups are dropped too."""
+    np.testing.assert_array_equal(success_tied_groups(np.array([0, 0, 0, 0, 1, 0, 1, 1, 1]), np.repeat([0, 1, 2], 3), 3),
+                                  [True, False, True])  # fmt: skip
+    # group 0: two failures costing -0.1 and -0.4; group 1: a failure (-0.2) and a success (+0.9)
+    rewards = np.array([-0.1, -0.2, -0.2, -0.2, 0.9])
+    episode_ids = np.array([0, 1, 1, 2, 3])
+    group_ids = np.array([0, 0, 0, 1, 1])
+    by_return = compute_group_advantages(rewards, episode_ids, group_ids)
+    np.testing.assert_array_equal(by_return.group_dropped, [False, False])
+    assert by_return.advantages[0] > 0  # the cheaper failure is pushed up: what the success filter prevents
+    by_success = compute_group_advantages(rewards, episode_ids, group_ids, episode_success=np.array([0, 0, 0, 1], bool))
+    np.testing.assert_array_equal(by_success.group_dropped, [True, False])
+    np.testing.assert_array_equal(by_success.keep, [False, False, False, True, True])
+    np.testing.assert_allclose(by_success.advantages[3:], by_return.advantages[3:])
+    off = compute_group_advantages(rewards, episode_ids, group_ids, filter_zero_std_groups=False, episode_success=np.zeros(4))
+    assert off.keep.all()
+
+
+def test_buffer_success_filter_needs_and_uses_success_flags():
+    env = MaskedTaskEnv()
+    obs = env.observation_space.sample()
+    with pytest.raises(ValueError, match="Unknown filter_on 'accuracy'"):
+        GroupRolloutBuffer(env.observation_space, env.action_space, filter_on="accuracy")
+    buffer = GroupRolloutBuffer(env.observation_space, env.action_space, filter_on="success")
+    with pytest.raises(ValueError, match=r"needs every episode's success flag.*is_success"):
+        buffer.add_episode(0, [obs], [0], [0.0], [1.0])
+    for group_id, rewards, success in [(0, [-0.1], False), (0, [-0.5, -0.1], False), (1, [-0.3], False), (1, [1.0], True)]:
+        buffer.add_episode(group_id, [obs] * len(rewards), [0] * len(rewards), [0.0] * len(rewards), rewards, success=success)
+    assert not buffer.group_is_informative(0) and buffer.group_is_informative(1)
+    buffer.compute_advantages()
+    np.testing.assert_array_equal(buffer.group_dropped, [True, False])
+    assert buffer.n_kept_steps == 2
+
+
+def test_success_filter_on_an_env_without_is_success_is_a_clear_error():
+    with pytest.raises(ValueError, match="Unknown filter_on"):
+        GRPO("MlpPolicy", "CartPole-v1", filter_on="accuracy")
+    model = GRPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), filter_on="success", seed=0, **SMALL)
+    with pytest.raises(ValueError, match=r"info\['is_success'\].*filter_on='return'"):
+        model.learn(1)
 
 
 def test_buffer_minibatches():

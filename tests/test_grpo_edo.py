@@ -162,3 +162,24 @@ def test_grpo_learns_on_edo_easy():
     assert np.isfinite(learned.mean_return)
     assert learned.mean_return > random.mean_return + 0.2, (learned, random)
     assert learned.success_rate > random.success_rate + 0.2, (learned, random)
+
+
+def test_success_filter_on_edo_drops_exactly_the_groups_without_an_outcome_difference():
+    """EDO reports info["is_success"]; with filter_on="success" a group is dropped iff its members all succeeded or
+    all failed (whatever their costs), and dynamic sampling counts informative groups by the same test."""
+    cfg = TrainConfig(algo="grpo", total_timesteps=200, seed=0, filter_on="success", dynamic_sampling=True, **TINY)
+    env = make_train_env(cfg)
+    try:
+        model = make_algo(cfg, env)
+        assert model.filter_on == "success" and model.dynamic_sampling
+        model.learn(total_timesteps=cfg.total_timesteps)
+    finally:
+        env.close()
+    buffer = model.rollout_buffer
+    success = buffer.episode_success
+    groups = buffer.episode_group_ids
+    assert success is not None and success.size == buffer.n_episodes > 0
+    expected = [len(set(success[groups == g].tolist())) == 1 for g in range(buffer.n_groups)]
+    np.testing.assert_array_equal(buffer.group_dropped, expected)
+    with pytest.raises(ValueError, match="filter_on must be one of"):
+        TrainConfig(filter_on="accuracy")

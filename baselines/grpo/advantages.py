@@ -48,6 +48,10 @@ DEFAULT_STD_TOL = 1e-6
 STD_DDOF = 1
 SUPERVISIONS = ("outcome", "process")
 SCALE_REWARDS = ("group", "batch", "none")
+#: What the tie filter tests (see :func:`success_tied_groups`): ``"return"`` (episode returns, or step rewards under
+#: process supervision, tie within ``std_tol``) or ``"success"`` (every member succeeded or every member failed:
+#: DAPO's filter on accuracy).
+FILTER_ON = ("return", "success")
 
 
 def _check(supervision: str | None = None, scale_rewards: str | None = None) -> None:
@@ -250,6 +254,27 @@ class GroupAdvantages(NamedTuple):
     dropped_group_fraction: float
 
 
+def success_tied_groups(episode_success: np.ndarray, episode_group: np.ndarray, n_groups: int) -> np.ndarray:
+    """
+    Groups whose members all succeeded or all failed (DAPO's dynamic-sampling criterion: accuracy 0 or 1).
+
+    With a reward that adds costs to the outcome (EDO: success minus tokens, calls, latency), returns almost never
+    tie, so a return-tie filter keeps groups in which every member failed; their group-relative advantage then only
+    ranks costs, which pushes the policy towards the cheapest failure. This filter drops them.
+
+    Worked example: successes ``[[0, 0, 0], [0, 1, 0], [1, 1, 1]]`` -> tied ``[True, False, True]``.
+
+    :param episode_success: Whether each episode succeeded, indexed by episode id
+    :param episode_group: Group id of every episode
+    :param n_groups: Number of groups
+    :return: Boolean mask (True = tied / dropped), one entry per group
+    """
+    success = np.asarray(episode_success, dtype=np.float64).reshape(-1)
+    wins = np.bincount(episode_group, weights=success, minlength=n_groups)
+    sizes = np.bincount(episode_group, minlength=n_groups)
+    return (wins == 0) | (wins == sizes)
+
+
 def episode_layout(episode_ids: np.ndarray, group_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
     """
     Length and group of every episode of a flat rollout.
@@ -298,6 +323,7 @@ def compute_group_advantages(
     std_tol: float = DEFAULT_STD_TOL,
     eps: float = DEFAULT_EPS,
     exclude_episodes: np.ndarray | None = None,
+    episode_success: np.ndarray | None = None,
 ) -> GroupAdvantages:
     """
     Advantages for a whole rollout given as flat per-step arrays (vectorised over groups).
@@ -317,6 +343,9 @@ def compute_group_advantages(
     :param eps: Added to the std before dividing
     :param exclude_episodes: Optional boolean mask over episodes whose steps are left out of the update (e.g.
         truncated episodes); they still count in the group statistics, as TRL's ``mask_truncated_completions``
+    :param episode_success: Optional success flag of every episode (indexed by episode id); when given, the tie filter
+        drops the groups whose members all succeeded or all failed (:func:`success_tied_groups`) instead of testing
+        ``std_tol``
     :return: A :class:`GroupAdvantages` tuple
     """
     _check(supervision, scale_rewards)
@@ -354,7 +383,9 @@ def compute_group_advantages(
         advantages = segment_return_to_go(normalised, lengths, gamma)
         tie_std = step_std
 
-    if filter_zero_std_groups:
+    if filter_zero_std_groups and episode_success is not None:
+        dropped = success_tied_groups(episode_success, episode_group, n_groups)
+    elif filter_zero_std_groups:
         dropped = tie_std < std_tol
     else:
         dropped = np.zeros(n_groups, dtype=bool)

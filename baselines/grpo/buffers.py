@@ -38,6 +38,7 @@ from stable_baselines3.common.utils import get_device
 from baselines.grpo.advantages import (
     DEFAULT_EPS,
     DEFAULT_STD_TOL,
+    FILTER_ON,
     SCALE_REWARDS,
     SUPERVISIONS,
     GroupAdvantages,
@@ -90,6 +91,8 @@ class GroupRolloutBuffer:
     :param scale_rewards: ``"group"``, ``"batch"`` or ``"none"`` (see :mod:`baselines.grpo.advantages`)
     :param filter_zero_std_groups: Drop groups whose values all tie (DAPO)
     :param std_tol: Std tolerance (reward units) under which a group's values count as tied
+    :param filter_on: What ties: ``"return"`` (returns within ``std_tol``, or step rewards under process
+        supervision) or ``"success"`` (all members succeeded or all failed; every episode then needs ``success``)
     :param eps: Added to the std before dividing
     :param loss_type: ``"grpo"``, ``"bnpo"``, ``"dapo"`` or ``"dr_grpo"`` (see the module docstring)
     :param max_episode_steps: ``L_max`` of ``"dr_grpo"``, in steps (required by it, unused otherwise)
@@ -124,6 +127,7 @@ class GroupRolloutBuffer:
         loss_type: str = "bnpo",
         max_episode_steps: int | None = None,
         mask_truncated_episodes: bool = False,
+        filter_on: str = "return",
     ):
         if supervision not in SUPERVISIONS:
             raise ValueError(f"Unknown supervision {supervision!r}, expected one of {SUPERVISIONS}")
@@ -131,6 +135,8 @@ class GroupRolloutBuffer:
             raise ValueError(f"Unknown scale_rewards {scale_rewards!r}, expected one of {SCALE_REWARDS}")
         if loss_type not in LOSS_TYPES:
             raise ValueError(f"Unknown loss_type {loss_type!r}, expected one of {LOSS_TYPES}")
+        if filter_on not in FILTER_ON:
+            raise ValueError(f"Unknown filter_on {filter_on!r}, expected one of {FILTER_ON}")
         if loss_type == "dr_grpo" and (max_episode_steps is None or max_episode_steps < 1):
             raise ValueError("loss_type='dr_grpo' needs `max_episode_steps` (the constant L_max, in steps)")
         self.observation_space = observation_space
@@ -145,6 +151,7 @@ class GroupRolloutBuffer:
         self.loss_type = loss_type
         self.max_episode_steps = max_episode_steps
         self.mask_truncated_episodes = mask_truncated_episodes
+        self.filter_on = filter_on
         self.reset()
 
     # ------------------------------------------------------------------ filling
@@ -178,6 +185,7 @@ class GroupRolloutBuffer:
         action_masks: Sequence[np.ndarray] | np.ndarray | None = None,
         truncated: bool = False,
         anchor_keys: Sequence[Any] | None = None,
+        success: bool | None = None,
     ) -> int:
         """
         Add one complete episode.
@@ -193,6 +201,8 @@ class GroupRolloutBuffer:
             A truncated episode is a complete group member: its return is the sum of its rewards (there is no
             critic to bootstrap from); ``mask_truncated_episodes`` leaves its steps out of the update.
         :param anchor_keys: Optional per-step keys of the state each action was taken in (GiGPO), length T
+        :param success: Whether the episode succeeded (the env's ``info["is_success"]`` at its end); required with
+            ``filter_on="success"``
         :return: The id of the episode (its insertion rank)
         """
         if self.finalized:
@@ -215,6 +225,11 @@ class GroupRolloutBuffer:
             raise ValueError("observations, actions, log_probs and rewards must have the same length")
         if anchor_keys is not None and len(anchor_keys) != length:
             raise ValueError("anchor_keys must have one key per step")
+        if self.filter_on == "success" and success is None:
+            raise ValueError(
+                "filter_on='success' needs every episode's success flag: the env must report info['is_success'] at "
+                "the end of each episode (SB3's convention); use filter_on='return' for envs that do not"
+            )
         if self._episodes and (self._episodes[0]["action_masks"] is None) != (masks_arr is None):
             raise ValueError("Either all episodes or none must have action masks")
         episode_id = len(self._episodes)
@@ -228,6 +243,7 @@ class GroupRolloutBuffer:
                 "action_masks": masks_arr,
                 "truncated": bool(truncated),
                 "anchor_keys": None if anchor_keys is None else list(anchor_keys),
+                "success": None if success is None else bool(success),
             }
         )
         self._group_episodes.setdefault(int(group_id), []).append(episode_id)
@@ -265,6 +281,13 @@ class GroupRolloutBuffer:
         return np.array([ep["truncated"] for ep in self._episodes], dtype=bool)
 
     @property
+    def episode_success(self) -> np.ndarray | None:
+        """Whether every episode succeeded, by episode id; None unless ``filter_on="success"``."""
+        if self.filter_on != "success":
+            return None
+        return np.array([ep["success"] for ep in self._episodes], dtype=bool)
+
+    @property
     def episode_group_ids(self) -> np.ndarray:
         """Group id of every episode, by episode id."""
         return np.array([ep["group_id"] for ep in self._episodes], dtype=np.int64)
@@ -276,9 +299,12 @@ class GroupRolloutBuffer:
         Used by dynamic sampling while the rollout is being collected.
 
         :param group_id: The group
-        :return: False when the tested values (returns, or step rewards under process supervision) all tie
+        :return: False when the tested values (returns, or step rewards under process supervision, or with
+            ``filter_on="success"`` the success flags) all tie
         """
         episodes = [self._episodes[e] for e in self._group_episodes.get(int(group_id), [])]
+        if self.filter_on == "success":
+            return len({ep["success"] for ep in episodes}) > 1
         if self.supervision == "process":
             values = np.concatenate([ep["rewards"] for ep in episodes]) if episodes else np.zeros(0)
         else:
@@ -299,6 +325,7 @@ class GroupRolloutBuffer:
             std_tol=self.std_tol,
             eps=self.eps,
             exclude_episodes=self.episode_truncated if self.mask_truncated_episodes else None,
+            episode_success=self.episode_success,
         )
 
     def compute_advantages(self) -> None:

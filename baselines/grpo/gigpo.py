@@ -42,6 +42,7 @@ from baselines.grpo.advantages import (
     grouped_mean_std,
     sample_std,
     segment_return_to_go,
+    success_tied_groups,
 )
 from baselines.grpo.buffers import GroupRolloutBuffer
 from baselines.grpo.grpo import GRPO, _RolloutState
@@ -210,6 +211,7 @@ def compute_gigpo_advantages(
     std_tol: float = DEFAULT_STD_TOL,
     eps: float = DEFAULT_EPS,
     exclude_episodes: np.ndarray | None = None,
+    episode_success: np.ndarray | None = None,
 ) -> GiGPOAdvantages:
     """
     GiGPO advantages for a whole rollout (flat per-step arrays, layout of :func:`compute_group_advantages`).
@@ -228,6 +230,9 @@ def compute_gigpo_advantages(
     :param std_tol: Tie tolerance, in reward units
     :param eps: Added to the std before dividing
     :param exclude_episodes: Optional boolean mask over episodes left out of the update (still in the statistics)
+    :param episode_success: Optional success flag per episode; when given, the filter drops every group whose members
+        all succeeded or all failed, at both levels (a group without an outcome difference only ranks costs, and so
+        do its anchor groups)
     :return: A :class:`GiGPOAdvantages`
     """
     rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -241,7 +246,9 @@ def compute_gigpo_advantages(
     step_returns = segment_return_to_go(rewards, lengths, gamma)
     step_adv, anchor_size, anchor_std = step_level_advantages(step_returns, anchor_ids, scale_rewards, eps)
 
-    if filter_zero_std_groups:
+    if filter_zero_std_groups and episode_success is not None:
+        dropped = success_tied_groups(episode_success, episode_layout(episode_ids, group_ids)[1], n_groups)
+    elif filter_zero_std_groups:
         step_signal = np.zeros(n_groups, dtype=bool)
         np.logical_or.at(step_signal, group_ids, (anchor_size > 1) & (anchor_std >= std_tol))
         dropped = (episode.group_return_std < std_tol) & ~step_signal
@@ -326,6 +333,7 @@ class AnchorGroupRolloutBuffer(GroupRolloutBuffer):
             std_tol=self.std_tol,
             eps=self.eps,
             exclude_episodes=self.episode_truncated if self.mask_truncated_episodes else None,
+            episode_success=self.episode_success,
         )
         self.anchor_size = result.anchor_size
         self.step_level_advantages = result.step_advantages
@@ -335,6 +343,8 @@ class AnchorGroupRolloutBuffer(GroupRolloutBuffer):
     def group_is_informative(self, group_id: int) -> bool:
         if super().group_is_informative(group_id):
             return True
+        if self.filter_on == "success":
+            return False  # no outcome difference: neither level is kept
         episode_ids = self._group_episodes.get(int(group_id), [])
         if not episode_ids:
             return False

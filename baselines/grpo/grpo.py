@@ -20,7 +20,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
-from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, SCALE_REWARDS, SUPERVISIONS
+from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, FILTER_ON, SCALE_REWARDS, SUPERVISIONS
 from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer
 from baselines.grpo.callbacks import RecordedStepsProgressBar
 from baselines.grpo.policies import CnnPolicy, GRPOPolicy, MlpPolicy, MultiInputPolicy
@@ -263,6 +263,12 @@ class GRPO(OnPolicyAlgorithm):
     :param max_groups_drawn: Cap on the groups drawn per rollout with ``dynamic_sampling``; None = 4 x
         ``groups_per_rollout``
     :param std_tol: Tolerance, in reward units, under which a group's std counts as zero (tie)
+    :param filter_on: What the tie filter (and dynamic sampling) tests: ``"return"`` (default: returns within
+        ``std_tol``; step rewards under process supervision) or ``"success"``: a group is tied when all its members
+        succeeded or all failed, DAPO's criterion (accuracy 0 or 1), read from ``info["is_success"]`` at the end of
+        each episode (SB3's convention; an env without it raises ``ValueError``). With a reward that adds costs to
+        the outcome, returns almost never tie, so the return filter keeps all-fail groups whose advantage only ranks
+        costs (see ``benchmarks/results/long_horizon.json``)
     :param adv_eps: Added to the std before dividing (TRL's 1e-4)
     :param mask_truncated_episodes: Leave truncated episodes out of the loss (TRL's ``mask_truncated_completions``)
     :param group_mode: ``"seed"`` or ``"task_id"``: how members of a group are made to share a start (see above)
@@ -321,6 +327,7 @@ class GRPO(OnPolicyAlgorithm):
         dynamic_sampling: bool = False,
         max_groups_drawn: int | None = None,
         std_tol: float = DEFAULT_STD_TOL,
+        filter_on: str = "return",
         adv_eps: float = DEFAULT_EPS,
         mask_truncated_episodes: bool = False,
         group_mode: str = "seed",
@@ -391,6 +398,8 @@ class GRPO(OnPolicyAlgorithm):
             raise ValueError(f"`ref_update_interval` must be >= 1 or None, got {ref_update_interval}")
         if max_episode_steps is not None and max_episode_steps < 1:
             raise ValueError(f"`max_episode_steps` must be >= 1 or None, got {max_episode_steps}")
+        if filter_on not in FILTER_ON:
+            raise ValueError(f"Unknown filter_on {filter_on!r}, expected one of {FILTER_ON}")
         if dynamic_sampling and not filter_zero_std_groups:
             raise ValueError("dynamic_sampling=True replaces dropped tied groups: it needs filter_zero_std_groups=True")
         if max_groups_drawn is not None and max_groups_drawn < groups_per_rollout:
@@ -413,6 +422,7 @@ class GRPO(OnPolicyAlgorithm):
         self.dynamic_sampling = dynamic_sampling
         self.max_groups_drawn = max_groups_drawn
         self.std_tol = std_tol
+        self.filter_on = filter_on
         self.adv_eps = adv_eps
         self.mask_truncated_episodes = mask_truncated_episodes
         self.group_mode = group_mode
@@ -487,6 +497,7 @@ class GRPO(OnPolicyAlgorithm):
             loss_type=self.loss_type,
             max_episode_steps=self._max_episode_length(),
             mask_truncated_episodes=self.mask_truncated_episodes,
+            filter_on=self.filter_on,
         )
 
     def _make_rollout_buffer(self) -> GroupRolloutBuffer:
@@ -895,6 +906,7 @@ class GRPO(OnPolicyAlgorithm):
                     action_masks=trajectory["action_masks"] if action_masks is not None else None,
                     truncated=truncated,
                     anchor_keys=trajectory["anchor_keys"] if self._records_anchor_keys else None,
+                    success=self._episode_success(step_infos[env_idx], done),
                 )
                 self._member_finished(rollout_buffer, state, member.group_id)
                 slot.member = None
@@ -943,6 +955,21 @@ class GRPO(OnPolicyAlgorithm):
                 start_obs, _ = self._start_member_now(env, env_idx, slot, state.pending.popleft())
             _set_obs(obs, env_idx, start_obs)
         return obs
+
+    def _episode_success(self, info: dict[str, Any], done: bool) -> bool | None:
+        """The success flag of an episode that just ended, for ``filter_on="success"`` (None otherwise): the env's
+        ``info["is_success"]``; an episode cut by ``max_episode_steps`` did not succeed."""
+        if self.filter_on != "success":
+            return None
+        if not done:
+            return False
+        value = info.get("is_success")
+        if value is None:
+            raise ValueError(
+                "filter_on='success' needs info['is_success'] at the end of every episode (SB3's convention), but "
+                "this env's episode ended without it; use filter_on='return' for this env"
+            )
+        return bool(value)
 
     def _member_finished(self, buffer: GroupRolloutBuffer, state: _RolloutState, group_id: int) -> None:
         state.finished_members[group_id] += 1

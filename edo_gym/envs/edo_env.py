@@ -472,6 +472,8 @@ class EDOEnv(gym.Env):
             "illegal_action": bool(not legal),
             "task_id": int(self.task_id),
             "anchor_key": self._anchor_key(),
+            # SB3's convention (its success-rate logging; GRPO's filter_on="success"): final once the episode ended
+            "is_success": bool(self._ended and self.success),
             **self._call_status,
         }
         if self.config.info_text:
