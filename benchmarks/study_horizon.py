@@ -9,11 +9,19 @@ greedy router, static pipeline and random policies are evaluated on the same tas
 also reports, averaged over the rollouts of training, the fraction of groups dropped from the update because all
 returns tied, and the fraction of groups in which every member failed.
 
+**Success-filter protocol** (``--protocols ... success_filter``, in the full tier): GRPO and GiGPO trained again at
+every h with ``filter_on="success"`` and ``dynamic_sampling=True``: groups whose members all failed (or all
+succeeded) are dropped, as DAPO drops prompts of accuracy 0 or 1, and more groups are drawn until enough carry an
+outcome difference. With the default return filter the cost terms make returns of an all-fail group differ, so those
+groups stay in the update and push towards the cheapest failure, submitting at once. Results under
+``<algo>_success_filter`` keys.
+
 Usage::
 
     python benchmarks/study_horizon.py            # full: h = 2,4,...,12, 3 seeds, GRPO/GiGPO/PPO/MaskablePPO, 150k steps
     python benchmarks/study_horizon.py --quick    # h = 2,4,8,12, 2 seeds, GRPO/PPO, 12k steps, 60 tasks
     python benchmarks/study_horizon.py --hops 2 6 12 --algos grpo ppo --seeds 0 1
+    python benchmarks/study_horizon.py --protocols success_filter   # only the success-filter runs
 
 Results: ``benchmarks/results/study_horizon.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``results`` (per h: ``algos`` -> figures, ``heuristics`` -> EvalResult dicts), ``gap_grpo_minus_ppo``,
@@ -55,6 +63,13 @@ ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
 HEURISTICS = ("oracle", "rule_based", "greedy_router", "static_pipeline", "random")
 #: The issue's fixed-schema file, written beside study_horizon.json.
 LONG_HORIZON = "long_horizon.json"
+#: Training protocols: ``default`` (every algorithm as configured by TrainConfig) and ``success_filter`` (GRPO and
+#: GiGPO with DAPO's filter on success and dynamic sampling).
+PROTOCOLS = ("default", "success_filter")
+SUCCESS_FILTER = {"filter_on": "success", "dynamic_sampling": True}
+SUCCESS_FILTER_ALGOS = ("grpo", "gigpo")
+#: The target of the long-horizon issue: GiGPO's success at this h at least MARGIN above GRPO's and above rule_based's.
+TARGET_H, TARGET_MARGIN = 8, 0.15
 
 
 def grpo_config() -> str:
@@ -68,12 +83,39 @@ def env_kwargs(h: int) -> dict[str, Any]:
     return {"tasks": {"families": ["multihop"], "min_hops": h, "max_hops": h}}
 
 
-def point_id(h: int) -> str:
-    return f"h{h}"
+def point_id(h: int, protocol: str = "default") -> str:
+    return f"h{h}" if protocol == "default" else f"h{h}sf"
+
+
+def variant_algos(algos: Sequence[str]) -> tuple[str, ...]:
+    """The algorithms trained under the success-filter protocol (those of the study that have the filter)."""
+    return tuple(a for a in algos if a in SUCCESS_FILTER_ALGOS)
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
-    return {point_id(h): Point(env_kwargs=env_kwargs(h)) for h in cfg.options.hops}
+    out: dict[str, Point] = {}
+    for h in cfg.options.hops:
+        if "default" in cfg.options.protocols:
+            out[point_id(h)] = Point(env_kwargs=env_kwargs(h))
+        if "success_filter" in cfg.options.protocols and variant_algos(cfg.algos):
+            out[point_id(h, "success_filter")] = Point(
+                env_kwargs=env_kwargs(h), train_overrides=dict(SUCCESS_FILTER), algos=variant_algos(cfg.algos)
+            )
+    return out
+
+
+def target_check(hops: list[int], results: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """GiGPO's mean success at TARGET_H against GRPO's + TARGET_MARGIN and rule_based's (``key``: ``algos`` or
+    ``algos_success_filter``); None when h = TARGET_H or a run is missing."""
+    if TARGET_H not in hops:
+        return None
+    cell = results[str(TARGET_H)]
+    g, r = success_mean(cell.get(key, {}).get("gigpo")), success_mean(cell.get(key, {}).get("grpo"))
+    rule = cell["heuristics"]["rule_based"]["success_rate"]
+    if g is None or r is None:
+        return None
+    return {"h": TARGET_H, "gigpo": g, "grpo": r, "rule_based": rule, "gigpo_minus_grpo": g - r, "margin": TARGET_MARGIN,
+            "met": bool(g >= r + TARGET_MARGIN and g > rule)}  # fmt: skip
 
 
 def conclusion(hops: list[int], results: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +154,28 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], concl: dict[str,
         r = results[str(h)]
         cells = [fmt_figures(r["algos"][a]) for a in algos] + [fmt_eval(r["heuristics"][n]) for n in HEURISTICS]
         lines.append(f"| {h} | " + " | ".join(cells) + " |")
+    variant = variant_algos(algos) if "success_filter" in settings.get("protocols", ()) else ()
+    if variant:
+        lines += ["", "Success-filter protocol: the same runs with `filter_on=\"success\"` and `dynamic_sampling=True` "
+                  "(groups whose members all failed or all succeeded are dropped and replaced, DAPO's criterion); "
+                  "'dropped' below is the fraction of drawn groups dropped that way.", "",
+                  "| h | " + " | ".join(f"{a} (success filter)" for a in variant) + " | dropped groups (grpo) |",
+                  "|---|" + "---|" * (len(variant) + 1)]  # fmt: skip
+        for h in hops:
+            r = results[str(h)]["algos_success_filter"]
+            g = r.get("grpo")
+            dropped = fmt_frac(g["dropped_group_fraction"]) if g is not None else "missing"
+            lines.append(f"| {h} | " + " | ".join(fmt_figures(r[a]) for a in variant) + f" | {dropped} |")
+    for name, key in (("default", "algos"), ("success filter", "algos_success_filter")):
+        if key == "algos_success_filter" and not variant:
+            continue
+        t = target_check(hops, results, key)
+        if t is not None:
+            lines.append(
+                f"\nTarget at h = {t['h']} ({name} protocol): GiGPO {t['gigpo']:.3f} vs GRPO {t['grpo']:.3f} "
+                f"(difference {t['gigpo_minus_grpo']:+.3f}, needed >= +{t['margin']:.2f}) and rule_based {t['rule_based']:.3f}: "
+                + ("met." if t["met"] else "NOT met.")
+            )
     if "grpo" in algos:
         lines += ["", "GRPO group statistics (means over the rollouts of training; 'all fail' = no member succeeded, "
                   "so the group-relative advantage only ranks costs; 'dropped' = all returns tied, no update):", "",
@@ -155,24 +219,32 @@ def _wilson_half(n: int) -> float:
 
 def long_horizon(hops: list[int], algos: Sequence[str], results: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """``{"hops": [...], "algos": {name: {"success", "success_ci95", "return"}}, "heuristics": {name: {"success"}}}``,
-    one entry per h (``None`` where a cell has no finished run), plus the settings that produced it."""
+    one entry per h (``None`` where a cell has no finished run), plus the settings that produced it. The
+    success-filter protocol adds ``<algo>_success_filter`` entries to ``algos``; ``targets`` holds the 8-hop check."""
 
-    def cell(algo: str, h: int, key: str) -> Any:
-        fig = results[str(h)]["algos"].get(algo)
+    def cell(algo: str, h: int, key: str, group: str = "algos") -> Any:
+        fig = results[str(h)].get(group, {}).get(algo)
         if fig is None:
             return None
         return list(fig["success"]["ci95"]) if key == "ci95" else fig[key]["mean"]
 
+    def series(algo: str, group: str = "algos") -> dict[str, list[Any]]:
+        return {
+            "success": [cell(algo, h, "success", group) for h in hops],
+            "success_ci95": [cell(algo, h, "ci95", group) for h in hops],
+            "return": [cell(algo, h, "return", group) for h in hops],
+        }
+
+    by_algo = {a: series(a) for a in algos}
+    if "success_filter" in settings.get("protocols", ()):
+        by_algo |= {f"{a}_success_filter": series(a, "algos_success_filter") for a in variant_algos(algos)}
     return {
         "hops": hops,
-        "algos": {
-            a: {
-                "success": [cell(a, h, "success") for h in hops],
-                "success_ci95": [cell(a, h, "ci95") for h in hops],
-                "return": [cell(a, h, "return") for h in hops],
-            }
-            for a in algos
-        },
+        "algos": by_algo,
+        "targets": {
+            "default": target_check(hops, results, "algos"),
+            "success_filter": target_check(hops, results, "algos_success_filter"),
+        },  # fmt: skip
         "heuristics": {n: {"success": [results[str(h)]["heuristics"][n]["success_rate"] for h in hops]} for n in HEURISTICS},
         "settings": {k: settings[k] for k in ("command", "timesteps", "seeds", "eval_episodes") if k in settings},
     }
@@ -180,8 +252,10 @@ def long_horizon(hops: list[int], algos: Sequence[str], results: dict[str, Any],
 
 def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     hops = list(cfg.options.hops)
+    protocols = list(cfg.options.protocols)
     settings = {**cfg.settings(), "hops": hops, "heuristics": list(HEURISTICS), "env_id": "EDO-v0",
-                "grpo_config": grpo_config(), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}}  # fmt: skip
+                "grpo_config": grpo_config(), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}, "protocols": protocols,
+                "success_filter_overrides": SUCCESS_FILTER}  # fmt: skip
     results: dict[str, Any] = {}
     for h in hops:
         print(f"heuristics at h={h} ...", flush=True)
@@ -189,6 +263,10 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
             "algos": {a: summarise_runs(runs.seeds(point_id(h), a)) for a in cfg.algos},
             "heuristics": heuristic_results("EDO-v0", env_kwargs(h), HEURISTICS, cfg.budget.eval_episodes),
         }
+        if "success_filter" in protocols:
+            results[str(h)]["algos_success_filter"] = {
+                a: summarise_runs(runs.seeds(point_id(h, "success_filter"), a)) for a in variant_algos(cfg.algos)
+            }
     gap = None
     if "grpo" in cfg.algos and "ppo" in cfg.algos:
         gap = {str(h): difference(success_mean(results[str(h)]["algos"]["grpo"]), success_mean(results[str(h)]["algos"]["ppo"]))
@@ -244,6 +322,13 @@ STUDY = Study(
             "horizons (hops per task)",
             type=int,
             nargs="+",
+        ),
+        Option(
+            "--protocols",
+            Tiered(full=list(PROTOCOLS), quick=["default"], smoke=list(PROTOCOLS)),
+            "training protocols: default, success_filter (GRPO/GiGPO with filter_on=success and dynamic sampling)",
+            nargs="+",
+            choices=PROTOCOLS,
         ),
     ),  # fmt: skip
     points=points,

@@ -339,7 +339,9 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     # the fixed-schema file: one value per h for every algorithm and heuristic
     long = json.loads((tmp_path / "long_horizon.json").read_text())
     assert long["hops"] == [2]
-    assert set(long["algos"]) == {"grpo"} and set(long["algos"]["grpo"]) == {"success", "success_ci95", "return"}
+    assert set(long["algos"]) == {"grpo", "grpo_success_filter"}  # the smoke tier runs both protocols
+    assert set(long["algos"]["grpo"]) == set(long["algos"]["grpo_success_filter"]) == {"success", "success_ci95", "return"}
+    assert long["targets"] == {"default": None, "success_filter": None}  # no 8-hop cell in this run
     assert long["algos"]["grpo"]["success"] == [cell["algos"]["grpo"]["success"]["mean"]]
     assert len(long["algos"]["grpo"]["success_ci95"][0]) == 2
     assert long["heuristics"]["rule_based"]["success"] == [cell["heuristics"]["rule_based"]["success_rate"]]
@@ -348,9 +350,14 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     assert {"dropped_group_fraction", "all_fail_fraction"} <= set(run["grpo_stats"][0])
     stored = json.loads((tmp_path / "records" / "study_horizon" / "h2-grpo-s0.json").read_text())
     assert stored["record"] == run and stored["spec"]["env_kwargs"]["tasks"]["min_hops"] == 2
+    variant = json.loads((tmp_path / "records" / "study_horizon" / "h2sf-grpo-s0.json").read_text())
+    assert variant["spec"]["train_overrides"] == {"net_arch": [128, 128], "filter_on": "success", "dynamic_sampling": True}
+    assert long["algos"]["grpo_success_filter"]["success"] == [
+        data["results"]["2"]["algos_success_filter"]["grpo"]["success"]["mean"]
+    ]
     assert (tmp_path / "study_horizon.png").is_file()
     proc = run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
-    assert "1 finished before, 0 to run" in proc.stdout
+    assert "2 finished before, 0 to run" in proc.stdout
 
 
 def test_study_ppo_tuning_smoke_one_setting(tmp_path):
