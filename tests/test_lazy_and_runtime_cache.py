@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import shutil
 import sqlite3
 import zlib
@@ -24,7 +25,7 @@ import edo_gym  # noqa: F401  (registers the ids)
 from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.cache import CacheWarning
 from edo_gym.retrieval.runtime_cache import RuntimeCache
-from edo_gym.retrieval.store import RetrievalService
+from edo_gym.retrieval.store import LazyVectors, RetrievalService
 from tests.test_speed_options import _assert_same, _trajectory
 
 
@@ -86,7 +87,7 @@ def test_lazy_batches_are_shared_between_processes_through_the_runtime_cache(tmp
     env.reset(seed=0)
     built = env._task_vectors.batches_built
     assert built == 1
-    env.service.flush()
+    env.close()  # commits the run-time cache's buffer (a vector env's worker may exit without atexit hooks)
     monkeypatch.setattr(RetrievalService, "_registry", {})  # a fresh service, as in a new process
     again = gym.make("EDO-v0", retrieval={"cache_dir": cache_dir}).unwrapped
     again.reset(seed=0)
@@ -118,7 +119,8 @@ def test_runtime_cache_returns_what_the_model_computes(tmp_path, warm_env):
         cache.put_vector(t, embedder.encode([t])[0])
         cache.put_tokens(t, embedder.count_tokens([t])[0])
     cache.flush()
-    fresh = RuntimeCache(tmp_path, service.model_id, embedder.dim)  # reads from disk only
+    fresh = pickle.loads(pickle.dumps(cache))  # a new connection; reads from disk only
+    assert fresh is not cache and fresh.path == cache.path and not fresh._pending_tokens
     for t in texts:
         alone = embedder.model.encode([t], normalize_embeddings=True)[0]
         got = fresh.get_vector(t)
@@ -232,3 +234,15 @@ def test_trajectories_equal_with_the_runtime_cache_off_cold_and_warm(tmp_path, s
         assert np.array_equal(np.frombuffer(blob, dtype=np.float32), embedder.encode([text])[0]), text
     sample = tokens[:: max(1, len(tokens) // 200)]
     assert [n for _, n in sample] == embedder.count_tokens([t for t, _ in sample])
+
+
+def test_an_env_with_incomplete_lists_pickles(tmp_path, warm_env):
+    cache_dir = _cold_dir_with_corpus(tmp_path, warm_env.service)
+    env = gym.make("EDO-v0", retrieval={"cache_dir": cache_dir, "runtime_cache": False})
+    env.reset(seed=4)
+    assert not env.unwrapped._task_vectors.complete
+    clone = pickle.loads(pickle.dumps(env))
+    assert clone.unwrapped._task_vectors is env.unwrapped._task_vectors  # this process's own list, from its service
+    _assert_same(_trajectory(env, 200, seed=5), _trajectory(clone, 200, seed=5), "pickled env")
+    with pytest.raises(TypeError, match="outside a RetrievalService"):
+        pickle.dumps(LazyVectors("t", ["a"], np.zeros((1, 4), dtype=np.float32), None, None, "m", None))

@@ -911,3 +911,7 @@ class EDOEnv(gym.Env):
 
     def close(self) -> None:
         self._started = False
+        # commit what the run-time disk cache buffers: a worker process of a vector env may exit without atexit hooks
+        service = getattr(self, "service", None)
+        if service is not None:
+            service.flush()

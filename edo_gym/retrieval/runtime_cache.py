@@ -79,6 +79,11 @@ class RuntimeCache:
         ref = weakref.ref(self)
         atexit.register(lambda: (lambda c: c is not None and c.flush())(ref()))
 
+    def __reduce__(self) -> tuple:
+        # a connection cannot cross processes: a pickled cache opens its own (what it buffered is committed first)
+        self.flush()
+        return (RuntimeCache, (self.directory, self.model_id, self.dim))
+
     # -- connection ---------------------------------------------------------------------------------------------
     def _disable(self, why: str) -> None:
         self.disabled = True

@@ -117,6 +117,16 @@ class LazyVectors:
         self._vectors = np.zeros((len(self.texts), embedder.dim), dtype=np.float32)
         self._have = np.zeros(len(self._batches), dtype=bool)
 
+    #: ``(service, kind)`` when a ``RetrievalService`` holds this list (lets it pickle).
+    origin: tuple[RetrievalService, str] | None = None
+
+    def __reduce__(self) -> Any:
+        # the embedder and the run-time cache's connection are per process: a pickled list is the target process's
+        # own list for the same texts, from its service
+        if self.origin is None:
+            raise TypeError("a LazyVectors built outside a RetrievalService cannot be pickled")
+        return (_lazy_of, (*self.origin, self.texts))
+
     def __len__(self) -> int:
         return len(self.texts)
 
@@ -625,6 +635,7 @@ class RetrievalService:
 
     def _lazy_vectors(self, kind: str, texts: list[str], vectors: np.ndarray | None) -> LazyVectors:
         lazy = LazyVectors(kind, texts, vectors, self.embedders[0], self.cache, self.model_id, self.runtime)
+        lazy.origin = (self, kind)
         self._lazy[_texts_key(kind, texts)] = lazy
         return lazy
 
@@ -674,6 +685,10 @@ class RetrievalService:
 
 def _texts_key(kind: str, texts: list[str]) -> str:
     return f"{kind}:{hashlib.sha256(chr(0).join(texts).encode()).hexdigest()}"
+
+
+def _lazy_of(service: RetrievalService, kind: str, texts: list[str]) -> LazyVectors:
+    return service.lazy_texts(kind, texts)
 
 
 def _retriever_of(service: RetrievalService, worker: int) -> ShardRetriever:
