@@ -246,3 +246,20 @@ def test_an_env_with_incomplete_lists_pickles(tmp_path, warm_env):
     _assert_same(_trajectory(env, 200, seed=5), _trajectory(clone, 200, seed=5), "pickled env")
     with pytest.raises(TypeError, match="outside a RetrievalService"):
         pickle.dumps(LazyVectors("t", ["a"], np.zeros((1, 4), dtype=np.float32), None, None, "m", None))
+
+
+def test_runtime_cache_stops_writing_at_its_size_limit(tmp_path, monkeypatch):
+    first = RuntimeCache(tmp_path, "model-a", 4)
+    first.put_tokens("kept", 1)
+    first.flush()
+    monkeypatch.setenv("EDO_GYM_RUNTIME_CACHE_MAX_MB", "0")
+    capped = RuntimeCache(tmp_path, "model-a", 4)
+    capped.put_tokens("dropped", 2)
+    capped.put_vector("dropped", np.ones(4, dtype=np.float32))
+    capped.flush()
+    assert capped.full and capped.get_tokens("kept") == 1
+    assert capped.get_tokens("dropped") is None and capped.get_vector("dropped") is None
+    for bad in ("-1", "lots", "nan", "inf"):
+        monkeypatch.setenv("EDO_GYM_RUNTIME_CACHE_MAX_MB", bad)
+        with pytest.raises(ValueError, match="EDO_GYM_RUNTIME_CACHE_MAX_MB"):
+            RuntimeCache(tmp_path, "model-a", 4)

@@ -15,6 +15,10 @@ for something else, or one SQLite cannot open, is not used (a :class:`~edo_gym.r
 then values are computed as without the cache). Writes are buffered and committed every
 :data:`FLUSH_EVERY` entries or :data:`FLUSH_INTERVAL_S` seconds, and at exit. A forked child opens its own
 connection (SQLite connections must not cross ``fork``).
+
+Size: the database grows with the distinct texts met (measured: 2,317 vectors and 62,213 token counts, 43 MB, after
+about 1.4 million steps of training and benchmark runs). Once its files reach ``$EDO_GYM_RUNTIME_CACHE_MAX_MB``
+megabytes (default :data:`DEFAULT_MAX_MB`) nothing more is written; what it holds is still read.
 """
 
 from __future__ import annotations
@@ -42,6 +46,27 @@ FLUSH_EVERY = 256
 FLUSH_INTERVAL_S = 2.0
 #: Buffered entries kept at most while the database is busy (older ones are dropped: it is a cache).
 MAX_PENDING = 100_000
+MAX_MB_ENV_VAR = "EDO_GYM_RUNTIME_CACHE_MAX_MB"
+#: Size (MB, database and its write-ahead log) past which nothing more is written.
+DEFAULT_MAX_MB = 1024.0
+
+
+def max_bytes() -> int:
+    """``$EDO_GYM_RUNTIME_CACHE_MAX_MB`` (else :data:`DEFAULT_MAX_MB`) in bytes.
+
+    :raises ValueError: when the variable is not a non-negative number.
+    """
+    value = os.environ.get(MAX_MB_ENV_VAR, "").strip()
+    if not value:
+        return int(DEFAULT_MAX_MB * 2**20)
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0 or mb == float("inf"):
+        raise ValueError(f"{MAX_MB_ENV_VAR} must be a non-negative number of megabytes, got {value!r}")
+    return int(mb * 2**20)
+
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -65,6 +90,9 @@ class RuntimeCache:
         self.model_id = model_id
         self.dim = dim
         self.path = self.directory / f"runtime-{hashlib.sha256(model_id.encode()).hexdigest()[:12]}.sqlite3"
+        self.max_bytes = max_bytes()
+        #: The size limit was reached: entries are read, no longer written.
+        self.full = False
         self._conn: sqlite3.Connection | None = None
         self._pid: int | None = None
         self._lock = threading.RLock()
@@ -153,11 +181,11 @@ class RuntimeCache:
         return np.frombuffer(blob, dtype=np.float32).copy()
 
     def put_vector(self, text: str, vector: np.ndarray) -> None:
-        if self.disabled:
-            return
         vector = np.ascontiguousarray(vector, dtype=np.float32)
         if vector.shape != (self.dim,):
             raise ValueError(f"vector of shape {vector.shape} for a cache of dimension {self.dim}")
+        if self.disabled or self.full:
+            return
         self._pending_vectors[text] = vector.tobytes()
         self._maybe_flush()
 
@@ -175,7 +203,7 @@ class RuntimeCache:
         return n
 
     def put_tokens(self, text: str, n: int) -> None:
-        if self.disabled:
+        if self.disabled or self.full:
             return
         self._pending_tokens[text] = int(n)
         self._maybe_flush()
@@ -192,7 +220,7 @@ class RuntimeCache:
         blob = np.ascontiguousarray(vectors, dtype=np.float32).tobytes()
         with self._lock:
             conn = self._connection()
-            if conn is None:
+            if conn is None or self._reached_limit():
                 return
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?)", (list_key, batch, blob, zlib.crc32(blob)))
@@ -209,6 +237,15 @@ class RuntimeCache:
             self.rejected += 1
         return ok
 
+    def _reached_limit(self) -> bool:
+        if not self.full:
+            size = 0
+            for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+                with contextlib.suppress(OSError):
+                    size += path.stat().st_size
+            self.full = size >= self.max_bytes
+        return self.full
+
     def _maybe_flush(self) -> None:
         pending = len(self._pending_vectors) + len(self._pending_tokens)
         if pending >= FLUSH_EVERY or time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
@@ -222,6 +259,10 @@ class RuntimeCache:
                 return
             conn = self._connection()
             if conn is None:
+                return
+            if self._reached_limit():
+                self._pending_vectors.clear()
+                self._pending_tokens.clear()
                 return
             vectors = [(t, b, zlib.crc32(b)) for t, b in self._pending_vectors.items()]
             tokens = list(self._pending_tokens.items())
