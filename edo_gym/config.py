@@ -336,6 +336,15 @@ class RetrievalConfig:
     #: one batched chromadb query and memoise the results, instead of one query each at first use. Exact: the same
     #: results as one query at a time (tested); it moves the first steps' many single searches into one batch.
     presearch: bool = True
+    #: Embed the canonical queries and the task texts a reference batch at a time, when a step first needs one
+    #: of its texts, instead of all of them at start-up (the corpus is always embedded at start-up). Exact: each
+    #: text gets the vector of the one-go build bit for bit (each batch is sentence-transformers' own batch of the
+    #: whole list; tested); a list is written to the disk cache once complete, batches before that.
+    lazy_embeddings: bool = True
+    #: Keep the query vectors and token counts computed at run time in an on-disk SQLite cache next to the
+    #: embedding cache, so later processes read them instead of running the model (exact: the model's own value
+    #: for the same text; see :mod:`edo_gym.retrieval.runtime_cache`).
+    runtime_cache: bool = True
 
     def __post_init__(self) -> None:
         owner = "RetrievalConfig"
@@ -353,6 +362,8 @@ class RetrievalConfig:
         _check_float(owner, "latency_s", self.latency_s, 0.0, 60.0)
         _check_choice(owner, "ablation", self.ablation, RETRIEVAL_ABLATIONS)
         _check_type(owner, "presearch", self.presearch, bool)
+        _check_type(owner, "lazy_embeddings", self.lazy_embeddings, bool)
+        _check_type(owner, "runtime_cache", self.runtime_cache, bool)
 
 
 @dataclass(frozen=True)

@@ -975,6 +975,7 @@ _KILLED_BUILD = textwrap.dedent(
     from edo_gym.retrieval.embedder import resolve_model
 
     class StubEmbedder:  # the corpus vectors come from the cache; no model needed to build collections
+        dim = 384
         def __init__(self, model="default", **kw):
             self.model_id = resolve_model(model)[1]
         def count_tokens(self, texts):

@@ -153,8 +153,8 @@ class EDOEnv(gym.Env):
             for i, spec in enumerate(cfg.workers)
         ]
         self.linker = self.world.linker(cfg.entity_link_threshold)
-        task_vectors = self.service.embed_texts("tasks", task_texts)
-        self._task_features = self._make_task_features(task_vectors)
+        self._task_vectors = self.service.lazy_texts("tasks", task_texts)
+        self._task_features = self._make_task_features()
 
         W = len(cfg.workers)
         self.retrieve_flag = cfg.retrieval_decider == "orchestrator"
@@ -175,13 +175,35 @@ class EDOEnv(gym.Env):
         self._pending_price = 0.0  # price-weighted tokens of _pending
 
     # -- set-up helpers -----------------------------------------------------------------------------------------
-    def _make_task_features(self, vectors: np.ndarray) -> np.ndarray:
+    def _make_task_features(self) -> np.ndarray:
+        """Task features (projected embedding, family one-hot) of every task whose embedding is known now; the
+        others are filled by :meth:`_task_row` when a reset first draws them (``_task_ready`` marks the rows)."""
         E = self.config.retrieval.task_embedding_dim
-        proj = O.project_task_embeddings(vectors, E)
-        fam = np.zeros((len(self.pool.tasks), len(O.FAMILY_INDEX)), dtype=np.float32)
+        n = len(self.pool.tasks)
+        fam = np.zeros((n, len(O.FAMILY_INDEX)), dtype=np.float32)
         for i, t in enumerate(self.pool.tasks):
             fam[i, O.FAMILY_INDEX[t.family]] = 1.0
-        return np.concatenate([proj, fam], axis=1)
+        lazy = self._task_vectors
+        if lazy.complete:
+            self._task_ready = np.ones(n, dtype=bool)
+            return np.concatenate([O.project_task_embeddings(lazy.full(), E), fam], axis=1)
+        self._task_ready = np.zeros(n, dtype=bool)
+        return np.concatenate([np.zeros((n, E), dtype=np.float32), fam], axis=1)
+
+    def _task_row(self, i: int) -> np.ndarray:
+        """Task ``i``'s features, computed with its embedding batch if not yet known. The projection multiplies the
+        batch's rows placed at their own rows of an otherwise zero matrix of the pool's size: the same product, bit
+        for bit, as projecting all tasks at once (a one-row product can differ in the last bits; tested)."""
+        if not self._task_ready[i]:
+            lazy = self._task_vectors
+            rows = lazy.batch_rows(i)
+            block = np.zeros((len(lazy), lazy.embedder.dim), dtype=np.float32)
+            for r in rows:
+                block[r] = lazy.row(int(r))
+            proj = O.project_task_embeddings(block, self.config.retrieval.task_embedding_dim)
+            self._task_features[rows, : proj.shape[1]] = proj[rows]
+            self._task_ready[rows] = True
+        return self._task_features[i]
 
     def _action_names(self) -> list[str]:
         names = []
@@ -228,7 +250,7 @@ class EDOEnv(gym.Env):
             task_id = int(task_id)
         self.task_id = task_id
         self.task: Task = self.pool.tasks[int(self.pool.ids[task_id])]
-        self._task_obs = self._task_features[self.task.task_id]
+        self._task_obs = self._task_row(self.task.task_id)
         W = len(self.config.workers)
         self.tokens = 0
         self.calls = 0
@@ -891,3 +913,7 @@ class EDOEnv(gym.Env):
 
     def close(self) -> None:
         self._started = False
+        # commit what the run-time disk cache buffers: a worker process of a vector env may exit without atexit hooks
+        service = getattr(self, "service", None)
+        if service is not None:
+            service.flush()

@@ -169,6 +169,36 @@ class EmbeddingCache:
                 lock.release()
         return out
 
+    def load(self, kind: str, model_id: str, texts: list[str]) -> np.ndarray | None:
+        """The stored embeddings of ``texts`` under ``model_id``, or ``None`` (a damaged file warns and is ignored)."""
+        content_hash = texts_hash(texts)
+        return self._load(self.path_for(kind, model_id, content_hash), model_id, content_hash, len(texts))
+
+    def store(self, kind: str, model_id: str, texts: list[str], vectors: np.ndarray) -> None:
+        """Write the embeddings of ``texts`` unless a valid file is there (under the file's lock; a directory that
+        cannot be written warns and keeps them in memory only)."""
+        content_hash = texts_hash(texts)
+        path = self.path_for(kind, model_id, content_hash)
+        vectors = self._check_built(vectors, len(texts))
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            lock = self._lock(path)
+            lock.acquire()
+        except Exception as exc:  # OSError (read-only, not a directory, lock timeout) or a lock-library error
+            warnings.warn(
+                f"embedding cache directory {self.directory} is not writable ({type(exc).__name__}: {exc}); "
+                f"keeping {kind} embeddings in memory",
+                CacheWarning,
+                stacklevel=2,
+            )
+            return
+        try:
+            if self._load(path, model_id, content_hash, len(texts), quiet=True) is None:
+                self._remove_stale_temporaries(path)
+                self._store(path, vectors, model_id, content_hash)
+        finally:
+            lock.release()
+
     @staticmethod
     def _remove_stale_temporaries(path: Path) -> None:
         """Delete temporary files of ``path`` left by a writer that died; only called while holding the lock."""

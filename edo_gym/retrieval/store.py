@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from edo_gym.config import RetrievalConfig
-from edo_gym.retrieval.cache import EmbeddingCache
+from edo_gym.retrieval.cache import EmbeddingCache, texts_hash
 from edo_gym.retrieval.embedder import Embedder
+from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.world.generator import World
 
 
@@ -73,24 +74,170 @@ class LRUCache:
         self._data.clear()
 
 
-class QueryEncoder:
-    """Query text -> unit vector: precomputed canonical queries first, then a bounded memo, then the model."""
+class LazyVectors:
+    """Embeddings of a fixed list of texts (canonical queries, task texts), built a batch at a time on first use.
 
-    def __init__(self, embedder: Embedder, canonical: dict[str, int], canonical_vectors: np.ndarray, cache_size: int) -> None:
+    The batches are sentence-transformers' own for the whole list: its order (``np.argsort`` of minus the character
+    length) cut every ``batch_size`` texts. A text's vector depends only on the padded length of its batch (see
+    :meth:`~edo_gym.retrieval.embedder.Embedder.encode_many`), and a batch embedded as a list of its own is padded
+    to the same length, so each vector is the one-go build's bit for bit (tested). Batches built before the list is
+    complete go to the run-time cache (other processes read them); the complete list goes to the disk cache file
+    the one-go build writes.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        texts: list[str],
+        vectors: np.ndarray | None,
+        embedder: Embedder,
+        cache: EmbeddingCache,
+        model_id: str,
+        runtime: RuntimeCache | None,
+        batch_size: int = 64,
+    ) -> None:
+        self.kind = kind
+        self.texts = list(texts)
+        self.embedder = embedder
+        self.cache = cache
+        self.model_id = model_id
+        self.runtime = runtime
+        self.list_key = f"{kind}:{texts_hash(self.texts)}:{batch_size}"
+        #: Batches embedded in this process (not read from a cache).
+        self.batches_built = 0
+        self._full: np.ndarray | None = None
+        if vectors is not None:
+            self._full = np.ascontiguousarray(vectors, dtype=np.float32)
+            return
+        order = np.argsort([-len(t) for t in self.texts])  # sentence-transformers' order (the same call)
+        self._batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+        self._batch_of = np.zeros(len(self.texts), dtype=np.int64)
+        for b, rows in enumerate(self._batches):
+            self._batch_of[rows] = b
+        self._vectors = np.zeros((len(self.texts), embedder.dim), dtype=np.float32)
+        self._have = np.zeros(len(self._batches), dtype=bool)
+
+    #: ``(service, kind)`` when a ``RetrievalService`` holds this list (lets it pickle).
+    origin: tuple[RetrievalService, str] | None = None
+
+    def __reduce__(self) -> Any:
+        # the embedder and the run-time cache's connection are per process: a pickled list is the target process's
+        # own list for the same texts, from its service
+        if self.origin is None:
+            raise TypeError("a LazyVectors built outside a RetrievalService cannot be pickled")
+        return (_lazy_of, (*self.origin, self.texts))
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def complete(self) -> bool:
+        return self._full is not None
+
+    def row(self, i: int) -> np.ndarray:
+        """The vector of text ``i`` (its batch is built first if needed)."""
+        if self._full is not None:
+            return self._full[i]
+        b = int(self._batch_of[i])
+        if not self._have[b]:
+            self._fill([b])
+        return self._vectors[i]
+
+    def batch_rows(self, i: int) -> np.ndarray:
+        """Rows of the batch of text ``i``, built if needed (all rows once the list is complete)."""
+        if self._full is not None:
+            return np.arange(len(self.texts))
+        b = int(self._batch_of[i])
+        if not self._have[b]:
+            self._fill([b])
+        return self._batches[b]
+
+    def full(self, progress: str | None = None) -> np.ndarray:
+        """All vectors, shape ``(n, dim)``; the missing batches are built in one threaded pass."""
+        if self._full is None:
+            self._fill([b for b in range(len(self._batches)) if not self._have[b]], progress)
+        assert self._full is not None
+        return self._full
+
+    def missing_batches(self) -> list[int]:
+        """Batches not built yet, after reading those the run-time cache holds."""
+        if self._full is not None:
+            return []
+        missing = []
+        for b in np.flatnonzero(~self._have).tolist():
+            rows = self._batches[b]
+            got = self.runtime.get_batch(self.list_key, b, len(rows)) if self.runtime is not None else None
+            if got is None:
+                missing.append(b)
+            else:
+                self._vectors[rows] = got
+                self._have[b] = True
+        return missing
+
+    def batch_texts(self, b: int) -> list[str]:
+        return [self.texts[r] for r in self._batches[b]]
+
+    def set_batch(self, b: int, vectors: np.ndarray, persist: bool = True) -> None:
+        """Store batch ``b``'s freshly built vectors (in the run-time cache with ``persist``, and the whole list in
+        the disk cache once complete)."""
+        self._vectors[self._batches[b]] = vectors
+        self._have[b] = True
+        self.batches_built += 1
+        if persist and self.runtime is not None and not self._have.all():
+            self.runtime.put_batch(self.list_key, b, vectors)
+        self._check_complete()
+
+    def _check_complete(self) -> None:
+        if self._full is None and self._have.all():
+            self._full = self._vectors
+            self.cache.store(self.kind, self.model_id, self.texts, self._full)
+
+    def _fill(self, batches: list[int], progress: str | None = None) -> None:
+        missing = [b for b in self.missing_batches() if b in set(batches)]
+        if missing:
+            built = self.embedder.encode_many([self.batch_texts(b) for b in missing], progress=progress)
+            for b, vectors in zip(missing, built, strict=True):
+                self.set_batch(b, vectors)
+        self._check_complete()
+
+
+class QueryEncoder:
+    """Query text -> unit vector: canonical queries first (built lazily, see :class:`LazyVectors`), then a bounded
+    memo, then the run-time disk cache, then the model."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        canonical: dict[str, int],
+        canonical_vectors: LazyVectors,
+        cache_size: int,
+        runtime: RuntimeCache | None = None,
+    ) -> None:
         self.embedder = embedder
         self.canonical = canonical
-        self.canonical_vectors = canonical_vectors
+        self.lazy_canonical = canonical_vectors
         self.memo = LRUCache(cache_size)
+        self.runtime = runtime
         self.model_calls = 0
+
+    @property
+    def canonical_vectors(self) -> np.ndarray:
+        """Vectors of every canonical query (built now if some are missing)."""
+        return self.lazy_canonical.full()
 
     def encode(self, text: str) -> np.ndarray:
         row = self.canonical.get(text)
         if row is not None:
-            return self.canonical_vectors[row]
+            return self.lazy_canonical.row(row)
         vec = self.memo.get(text)
         if vec is None:
-            vec = self.embedder.encode([text])[0]
-            self.model_calls += 1
+            runtime = self.runtime
+            vec = runtime.get_vector(text) if runtime is not None else None
+            if vec is None:
+                vec = self.embedder.encode([text])[0]
+                self.model_calls += 1
+                if runtime is not None:
+                    runtime.put_vector(text, vec)
             self.memo.put(text, vec)
         return vec
 
@@ -179,6 +326,8 @@ class ShardRetriever:
         """Search every canonical query for ``k`` in batches (one index query per :data:`PRESEARCH_BATCH` vectors),
         memoising the results: exactly what :meth:`search` would return for each of them one at a time."""
         assert self.presearched is not None
+        if not self.encoder.lazy_canonical.complete:  # not all canonical vectors built yet: search one at a time
+            return
         self.presearched.add(k)
         texts = list(self.encoder.canonical)
         vectors = self.encoder.canonical_vectors
@@ -331,14 +480,26 @@ class RetrievalService:
         extra = dict(extra_texts or {})
         if {"corpus", "queries"} & set(extra):
             raise ValueError(f"extra_texts kinds must not be 'corpus' or 'queries', got {sorted(extra)}")
-        requests = {"corpus": docs, "queries": queries, **extra}
-        vectors = self.cache.load_or_build_many(self.model_id, requests, self._build_embeddings)
+        self.runtime = RuntimeCache(self.cache.directory, self.model_id, embedder.dim) if config.runtime_cache else None
+        if config.lazy_embeddings:
+            # the corpus now (every shard index needs it); queries and task texts a batch at a time when first used
+            vectors = self.cache.load_or_build_many(self.model_id, {"corpus": docs}, self._build_embeddings)
+            vectors.update(
+                {kind: self.cache.load(kind, self.model_id, texts) for kind, texts in {"queries": queries, **extra}.items()}
+            )
+        else:
+            requests = {"corpus": docs, "queries": queries, **extra}
+            vectors = self.cache.load_or_build_many(self.model_id, requests, self._build_embeddings)
         self.doc_vectors = vectors["corpus"]
         self.doc_tokens = np.asarray(embedder.count_tokens(docs), dtype=np.int32)
-        query_vectors = vectors["queries"]
-        self._task_vectors: dict[str, np.ndarray] = {_texts_key(kind, texts): vectors[kind] for kind, texts in extra.items()}
+        self._lazy: dict[str, LazyVectors] = {}
+        lazy_queries = self._lazy_vectors("queries", queries, vectors["queries"])
+        for kind, texts in extra.items():
+            self._lazy_vectors(kind, texts, vectors[kind])
         canonical = {q: i for i, q in enumerate(queries)}
-        self.encoders = [QueryEncoder(e, canonical, query_vectors, config.query_cache_size) for e in self.embedders]
+        self.encoders = [
+            QueryEncoder(e, canonical, lazy_queries, config.query_cache_size, self.runtime) for e in self.embedders
+        ]
         #: ``"chromadb"``, or ``"exact"`` in a process forked after chromadb started (see module docstring).
         self.search_backend = "chromadb" if chroma_usable() else "exact"
         if self.search_backend == "exact":
@@ -443,7 +604,8 @@ class RetrievalService:
         if config.mode == "per_worker":
             return cls(world, config, shards, extra_texts)
         key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
-               config.result_cache_size, config.presearch, tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
+               config.result_cache_size, config.presearch, config.lazy_embeddings, config.runtime_cache,
+               tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
         with cls._lock:
             service = cls._registry.get(key)
             if service is None or service.pid != os.getpid():  # never reuse a service inherited through fork
@@ -452,10 +614,15 @@ class RetrievalService:
             return service
 
     def count_tokens(self, text: str) -> int:
-        """Tokens of ``text`` under the embedder's tokenizer (memoised)."""
+        """Tokens of ``text`` under the embedder's tokenizer (memoised, and kept in the run-time disk cache)."""
         n = self.token_memo.get(text)
         if n is None:
-            n = self.embedders[0].count_tokens([text])[0]
+            runtime = self.runtime
+            n = runtime.get_tokens(text) if runtime is not None else None
+            if n is None:
+                n = self.embedders[0].count_tokens([text])[0]
+                if runtime is not None:
+                    runtime.put_tokens(text, n)
             self.token_memo.put(text, n)
         return n
 
@@ -466,14 +633,41 @@ class RetrievalService:
         built = self.embedders[0].encode_many(list(requests.values()), progress=desc)
         return dict(zip(requests, built, strict=True))
 
+    def _lazy_vectors(self, kind: str, texts: list[str], vectors: np.ndarray | None) -> LazyVectors:
+        lazy = LazyVectors(kind, texts, vectors, self.embedders[0], self.cache, self.model_id, self.runtime)
+        lazy.origin = (self, kind)
+        self._lazy[_texts_key(kind, texts)] = lazy
+        return lazy
+
+    def lazy_texts(self, kind: str, texts: list[str]) -> LazyVectors:
+        """Embeddings of a fixed list of texts (e.g. the task pool), built a batch at a time when first used."""
+        lazy = self._lazy.get(_texts_key(kind, texts))
+        if lazy is None:
+            lazy = self._lazy_vectors(kind, texts, self.cache.load(kind, self.model_id, texts))
+        return lazy
+
     def embed_texts(self, kind: str, texts: list[str]) -> np.ndarray:
-        """Embeddings of a fixed list of texts (e.g. the task pool), through the disk cache."""
-        key = _texts_key(kind, texts)
-        vectors = self._task_vectors.get(key)
-        if vectors is None:
-            vectors = self.cache.load_or_build_many(self.model_id, {kind: texts}, self._build_embeddings)[kind]
-            self._task_vectors[key] = vectors
-        return vectors
+        """Embeddings of a fixed list of texts (e.g. the task pool), through the disk cache, all built now."""
+        lazy = self.lazy_texts(kind, texts)
+        if lazy.complete:
+            return lazy.full()
+        return lazy.full(progress=f"EDO-Gym: embedding {len(texts):,} texts ({kind}), cached for later runs")
+
+    def complete_all(self) -> None:
+        """Build every list still incomplete (canonical queries, task texts) now, in one pass with a progress bar,
+        and write them to the disk cache: what a later process then loads at start-up."""
+        missing = [lazy for lazy in self._lazy.values() if not lazy.complete]
+        if not missing:
+            return
+        n = sum(len(lazy) for lazy in missing)
+        desc = f"EDO-Gym: embedding {n:,} texts ({', '.join(lazy.kind for lazy in missing)}), cached for later runs"
+        # one threaded pass over every missing batch of every list
+        jobs = [(lazy, b) for lazy in missing for b in lazy.missing_batches()]
+        built = self.embedders[0].encode_many([lazy.batch_texts(b) for lazy, b in jobs], progress=desc)
+        for (lazy, b), vectors in zip(jobs, built, strict=True):
+            lazy.set_batch(b, vectors, persist=False)
+        for lazy in missing:
+            lazy._check_complete()
 
     def cache_sizes(self) -> dict[str, int]:
         """Entries held by the memoisation caches (for the long-run memory benchmark)."""
@@ -483,9 +677,18 @@ class RetrievalService:
             "token_counts": len(self.token_memo),
         }
 
+    def flush(self) -> None:
+        """Commit what the run-time disk cache holds in memory (also done at exit)."""
+        if self.runtime is not None:
+            self.runtime.flush()
+
 
 def _texts_key(kind: str, texts: list[str]) -> str:
     return f"{kind}:{hashlib.sha256(chr(0).join(texts).encode()).hexdigest()}"
+
+
+def _lazy_of(service: RetrievalService, kind: str, texts: list[str]) -> LazyVectors:
+    return service.lazy_texts(kind, texts)
 
 
 def _retriever_of(service: RetrievalService, worker: int) -> ShardRetriever:

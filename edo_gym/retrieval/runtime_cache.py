@@ -1,0 +1,293 @@
+"""Exact on-disk cache of what the embedder computes at run time: query vectors, token counts, lazily built batches.
+
+Every env process meets query strings and texts no earlier step used (queries built from upstream answers, replies
+whose tokens are counted). Their vector or count is a pure function of the model and the text, so a
+:class:`RuntimeCache` keeps them on disk, in one SQLite database per model (``runtime-<model key>.sqlite3`` in the
+embedding cache directory): the next process finds them there instead of running the model again. Each entry is the
+value the model computed in some process for exactly this text (no approximation, no other text's value): a
+query is still embedded by the configured model the first time any process meets it, and still searched.
+
+Safety: SQLite's write-ahead log with ``INSERT OR IGNORE`` transactions, so several processes may read and write at
+once, and a process killed mid-write leaves the database as it was before that transaction. Each vector is stored
+with its CRC-32 and checked when read: a row that does not match (or has the wrong size, or non-finite values) is
+ignored and recomputed. The database records the model id and vector size it was written for; a database written
+for something else, or one SQLite cannot open, is not used (a :class:`~edo_gym.retrieval.cache.CacheWarning`,
+then values are computed as without the cache). Writes are buffered and committed every
+:data:`FLUSH_EVERY` entries or :data:`FLUSH_INTERVAL_S` seconds, and at exit. A forked child opens its own
+connection (SQLite connections must not cross ``fork``).
+
+Size: the database grows with the distinct texts met (measured: 2,317 vectors and 62,213 token counts, 43 MB, after
+about 1.4 million steps of training and benchmark runs). Once its files reach ``$EDO_GYM_RUNTIME_CACHE_MAX_MB``
+megabytes (default :data:`DEFAULT_MAX_MB`) nothing more is written; what it holds is still read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+import warnings
+import weakref
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from edo_gym.retrieval.cache import CacheWarning
+
+FORMAT_VERSION = 1
+#: Buffered entries that trigger a commit.
+FLUSH_EVERY = 256
+#: Seconds after which buffered entries are committed at the next write.
+FLUSH_INTERVAL_S = 2.0
+#: Buffered entries kept at most while the database is busy (older ones are dropped: it is a cache).
+MAX_PENDING = 100_000
+MAX_MB_ENV_VAR = "EDO_GYM_RUNTIME_CACHE_MAX_MB"
+#: Size (MB, database and its write-ahead log) past which nothing more is written.
+DEFAULT_MAX_MB = 1024.0
+
+
+def max_bytes() -> int:
+    """``$EDO_GYM_RUNTIME_CACHE_MAX_MB`` (else :data:`DEFAULT_MAX_MB`) in bytes.
+
+    :raises ValueError: when the variable is not a non-negative number.
+    """
+    value = os.environ.get(MAX_MB_ENV_VAR, "").strip()
+    if not value:
+        return int(DEFAULT_MAX_MB * 2**20)
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0 or mb == float("inf"):
+        raise ValueError(f"{MAX_MB_ENV_VAR} must be a non-negative number of megabytes, got {value!r}")
+    return int(mb * 2**20)
+
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS vectors (text TEXT PRIMARY KEY, vec BLOB NOT NULL, crc INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS tokens (text TEXT PRIMARY KEY, n INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS batches (list TEXT NOT NULL, batch INTEGER NOT NULL, vecs BLOB NOT NULL, "
+    "crc INTEGER NOT NULL, PRIMARY KEY (list, batch))",
+)
+
+# connections inherited through fork are kept referenced, never used or closed, in the child
+_INHERITED: list[sqlite3.Connection] = []
+
+
+class RuntimeCache:
+    """See module docstring. ``None`` from a getter means "not cached": compute it and ``put`` it."""
+
+    def __init__(self, directory: str | Path, model_id: str, dim: int) -> None:
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"RuntimeCache dim must be a positive int, got {dim!r}")
+        self.directory = Path(directory).expanduser()
+        self.model_id = model_id
+        self.dim = dim
+        self.path = self.directory / f"runtime-{hashlib.sha256(model_id.encode()).hexdigest()[:12]}.sqlite3"
+        self.max_bytes = max_bytes()
+        #: The size limit was reached: entries are read, no longer written.
+        self.full = False
+        self._conn: sqlite3.Connection | None = None
+        self._pid: int | None = None
+        self._lock = threading.RLock()
+        self.disabled = False
+        self._pending_vectors: dict[str, bytes] = {}
+        self._pending_tokens: dict[str, int] = {}
+        self._last_flush = time.monotonic()
+        #: Rows read and ignored because they failed their check (size, CRC, finite values).
+        self.rejected = 0
+        self.vector_hits = 0
+        self.token_hits = 0
+        ref = weakref.ref(self)
+        atexit.register(lambda: (lambda c: c is not None and c.flush())(ref()))
+
+    def __reduce__(self) -> tuple:
+        # a connection cannot cross processes: a pickled cache opens its own (what it buffered is committed first)
+        self.flush()
+        return (RuntimeCache, (self.directory, self.model_id, self.dim))
+
+    # -- connection ---------------------------------------------------------------------------------------------
+    def _disable(self, why: str) -> None:
+        self.disabled = True
+        self._pending_vectors.clear()
+        self._pending_tokens.clear()
+        warnings.warn(f"run-time embedding cache {self.path} not used ({why}); values are computed as needed", CacheWarning, 4)
+
+    def _connection(self) -> sqlite3.Connection | None:
+        if self.disabled:
+            return None
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        if self._conn is not None:  # inherited through fork: never touch it here
+            _INHERITED.append(self._conn)
+            self._conn = None
+            self._pending_vectors.clear()
+            self._pending_tokens.clear()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self.path), timeout=10.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+                expected = {"format": str(FORMAT_VERSION), "model_id": self.model_id, "dim": str(self.dim)}
+                if not meta:
+                    conn.executemany("INSERT INTO meta VALUES (?, ?)", list(expected.items()))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except (sqlite3.Error, OSError) as exc:
+            self._disable(f"{type(exc).__name__}: {exc}")
+            return None
+        if meta and meta != expected:
+            conn.close()
+            self._disable(f"written for {meta}, expected {expected}")
+            return None
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _select(self, sql: str, args: tuple) -> tuple | None:
+        with self._lock:
+            conn = self._connection()
+            if conn is None:
+                return None
+            try:
+                return conn.execute(sql, args).fetchone()
+            except sqlite3.Error:  # busy beyond the timeout, or damaged: a miss
+                return None
+
+    # -- vectors and token counts -------------------------------------------------------------------------------
+    def get_vector(self, text: str) -> np.ndarray | None:
+        """The stored vector of ``text`` embedded alone, or ``None``."""
+        blob = self._pending_vectors.get(text)
+        if blob is None:
+            row = self._select("SELECT vec, crc FROM vectors WHERE text = ?", (text,))
+            if row is None:
+                return None
+            blob, crc = row
+            if not self._valid(blob, crc, 1):
+                return None
+        self.vector_hits += 1
+        return np.frombuffer(blob, dtype=np.float32).copy()
+
+    def put_vector(self, text: str, vector: np.ndarray) -> None:
+        vector = np.ascontiguousarray(vector, dtype=np.float32)
+        if vector.shape != (self.dim,):
+            raise ValueError(f"vector of shape {vector.shape} for a cache of dimension {self.dim}")
+        if self.disabled or self.full:
+            return
+        self._pending_vectors[text] = vector.tobytes()
+        self._maybe_flush()
+
+    def get_tokens(self, text: str) -> int | None:
+        n = self._pending_tokens.get(text)
+        if n is None:
+            row = self._select("SELECT n FROM tokens WHERE text = ?", (text,))
+            if row is None:
+                return None
+            n = row[0]
+            if type(n) is not int or n < 0:
+                self.rejected += 1
+                return None
+        self.token_hits += 1
+        return n
+
+    def put_tokens(self, text: str, n: int) -> None:
+        if self.disabled or self.full:
+            return
+        self._pending_tokens[text] = int(n)
+        self._maybe_flush()
+
+    # -- batches of a fixed list (see store.LazyVectors) ---------------------------------------------------------
+    def get_batch(self, list_key: str, batch: int, rows: int) -> np.ndarray | None:
+        row = self._select("SELECT vecs, crc FROM batches WHERE list = ? AND batch = ?", (list_key, batch))
+        if row is None or not self._valid(row[0], row[1], rows):
+            return None
+        return np.frombuffer(row[0], dtype=np.float32).reshape(rows, self.dim).copy()
+
+    def put_batch(self, list_key: str, batch: int, vectors: np.ndarray) -> None:
+        """Stored at once (a batch costs a forward pass of up to 64 texts; worth a commit)."""
+        blob = np.ascontiguousarray(vectors, dtype=np.float32).tobytes()
+        with self._lock:
+            conn = self._connection()
+            if conn is None or self._reached_limit():
+                return
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?)", (list_key, batch, blob, zlib.crc32(blob)))
+
+    # -- internals ----------------------------------------------------------------------------------------------
+    def _valid(self, blob: object, crc: object, rows: int) -> bool:
+        ok = (
+            isinstance(blob, bytes)
+            and len(blob) == 4 * self.dim * rows
+            and crc == zlib.crc32(blob)
+            and bool(np.isfinite(np.frombuffer(blob, dtype=np.float32)).all())
+        )
+        if not ok:
+            self.rejected += 1
+        return ok
+
+    def _reached_limit(self) -> bool:
+        if not self.full:
+            size = 0
+            for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+                with contextlib.suppress(OSError):
+                    size += path.stat().st_size
+            self.full = size >= self.max_bytes
+        return self.full
+
+    def _maybe_flush(self) -> None:
+        pending = len(self._pending_vectors) + len(self._pending_tokens)
+        if pending >= FLUSH_EVERY or time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit the buffered entries (kept for a later try if the database is busy)."""
+        with self._lock:
+            self._last_flush = time.monotonic()
+            if not (self._pending_vectors or self._pending_tokens):
+                return
+            conn = self._connection()
+            if conn is None:
+                return
+            if self._reached_limit():
+                self._pending_vectors.clear()
+                self._pending_tokens.clear()
+                return
+            vectors = [(t, b, zlib.crc32(b)) for t, b in self._pending_vectors.items()]
+            tokens = list(self._pending_tokens.items())
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)", vectors)
+                    conn.executemany("INSERT OR IGNORE INTO tokens VALUES (?, ?)", tokens)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error:
+                if len(self._pending_vectors) + len(self._pending_tokens) > MAX_PENDING:
+                    self._pending_vectors.clear()
+                    self._pending_tokens.clear()
+                return
+            self._pending_vectors.clear()
+            self._pending_tokens.clear()
+
+    def sizes(self) -> dict[str, int]:
+        """Rows in the database (after committing what is buffered)."""
+        self.flush()
+        out = {}
+        for table in ("vectors", "tokens", "batches"):
+            row = self._select(f"SELECT COUNT(*) FROM {table}", ())
+            out[table] = int(row[0]) if row else 0
+        return out
