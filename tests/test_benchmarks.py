@@ -584,3 +584,23 @@ def test_grpo_vs_ppo_full_tier_trains_with_the_committed_tuned_ent_coefs(tmp_pat
     assert tuned_ent_coefs(configure("--ent-coef-from", "none")) == {}
     with pytest.raises(SystemExit, match="no file .*missing.json.*make bench-tune"):
         tuned_ent_coefs(configure("--ent-coef-from", str(tmp_path / "missing.json")))
+
+
+def test_diagnostics_horizon_one_tiny_run_its_file_and_bad_input(tmp_path):
+    out = tmp_path / "diag"
+    args = ["benchmarks/diagnostics.py", "horizon", "--algo", "grpo", "--hops", "3", "--min-hops", "2", "--timesteps", "200",
+            "--episodes", "2", "--set", "group_size=2", "--out-dir", str(out)]  # fmt: skip
+    run_script(args)
+    (path,) = out.glob("*.json")
+    assert path.name == "horizon-grpo-h3-from2-multihop-ent0.01-group_size_2-s0.json"
+    data = json.loads(path.read_text())
+    assert data["train_env_kwargs"]["tasks"] == {"families": ["multihop"], "min_hops": 2, "max_hops": 3}
+    assert data["eval_env_kwargs"]["tasks"] == {"families": ["multihop"], "min_hops": 3, "max_hops": 3}
+    assert data["overrides"] == {"ent_coef": 0.01, "group_size": 2} and data["learned"]["episodes"] == 2
+    assert set(data["heuristics"]) == {"rule_based", "static_pipeline"}
+    assert "exists" in run_script(args).stdout  # not recomputed
+    for bad, message in ((["--set", "group_size"], "FIELD=VALUE"), (["--set", "filter_on=x"], "filter_on must be one of"),
+                         (["--min-hops", "9"], "--min-hops must be in 1..")):  # fmt: skip
+        proc = subprocess.run([sys.executable, "benchmarks/diagnostics.py", "horizon", "--hops", "3", "--timesteps", "10",
+                               "--out-dir", str(tmp_path / "bad"), *bad], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
