@@ -282,6 +282,53 @@ def test_fast_categorical_matches_maskable_distribution(masked):
     th.testing.assert_close(entropy, dist.entropy())
 
 
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("masks_as_numpy", [False, True])
+def test_collection_sampling_is_the_maskable_distribution_bit_for_bit(masked, masks_as_numpy):
+    """``sample_masked_categorical`` (the policy's collection fast path) draws the same actions from torch's RNG and
+    gives the same log-probabilities, bit for bit, as sb3-contrib's distribution that the policy used before."""
+    from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
+
+    from baselines.grpo.policies import sample_masked_categorical
+
+    rng = th.Generator().manual_seed(1)
+    logits = 3 * th.randn(64, 7, generator=rng)
+    masks = th.rand(64, 7, generator=rng) > 0.5
+    masks[:, 3] = True
+    action_masks = (masks.numpy() if masks_as_numpy else masks) if masked else None
+    for seed in range(5):
+        th.manual_seed(seed)
+        dist = MaskableCategoricalDistribution(7).proba_distribution(logits)
+        if masked:
+            dist.apply_masking(action_masks)
+        expected_actions = dist.get_actions()
+        expected_log_prob = dist.log_prob(expected_actions)
+        th.manual_seed(seed)
+        actions, log_prob = sample_masked_categorical(logits, action_masks)
+        assert th.equal(actions, expected_actions)
+        assert actions.dtype == expected_actions.dtype and actions.shape == expected_actions.shape
+        assert th.equal(log_prob, expected_log_prob)
+        after_fast_path = th.rand(3)  # the generator moved on as much as with the distribution
+        th.manual_seed(seed)
+        dist.sample()
+        assert th.equal(after_fast_path, th.rand(3))
+
+
+def test_policy_forward_samples_like_the_distribution_path():
+    env = gym.make("CartPole-v1")
+    policy = GRPOPolicy(env.observation_space, env.action_space, lambda _: 1e-3, net_arch=[16])
+    obs = th.randn(32, 4)
+    th.manual_seed(7)
+    actions, log_prob = policy(obs)
+    th.manual_seed(7)
+    dist = policy.get_distribution(obs)
+    expected = dist.get_actions()
+    assert th.equal(actions, expected)
+    assert th.equal(log_prob, dist.log_prob(expected))
+    det_actions, _ = policy(obs, deterministic=True)
+    assert th.equal(det_actions, policy.get_distribution(obs).get_actions(deterministic=True))
+
+
 # ----------------------------------------------------------------------------- loss
 def test_loss_by_hand():
     ratio = th.tensor([0.7, 1.25, 1.3, 0.7])

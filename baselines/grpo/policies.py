@@ -72,6 +72,30 @@ def categorical_log_prob_entropy(
     return log_prob, -p_log_p.sum(dim=-1)
 
 
+def sample_masked_categorical(logits: th.Tensor, action_masks: MaybeMasks = None) -> tuple[th.Tensor, th.Tensor]:
+    """
+    Sample one action per row of ``logits`` and its log-probability, exactly as sb3-contrib's
+    ``MaskableCategoricalDistribution`` does (``proba_distribution``, ``apply_masking``, ``sample``, ``log_prob``):
+    the same operations in the same order, so the same values bit for bit and the same draw from torch's RNG, without
+    building (and validating) three torch ``Categorical`` objects per call.
+
+    :param logits: Action logits, ``(batch, n_actions)``
+    :param action_masks: Boolean masks of allowed actions, ``(batch, n_actions)``; None = all allowed
+    :return: actions ``(batch,)`` (int64) and their log-probabilities ``(batch,)``
+    """
+    logits = logits.reshape(-1, logits.shape[-1])
+    # MaskableCategorical.__init__: Categorical normalises the logits; those are its "original" logits
+    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
+    if action_masks is None:
+        masked = normalised  # apply_masking(None): the original logits, normalised again
+    else:
+        masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(normalised.shape)
+        masked = th.where(masks, normalised, th.tensor(MASKED_LOGIT, dtype=normalised.dtype, device=logits.device))
+    log_p = masked - masked.logsumexp(dim=-1, keepdim=True)
+    actions = th.multinomial(th.softmax(log_p, dim=-1), 1, True).T.reshape(-1)
+    return actions, log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
 class GRPOPolicy(BasePolicy):
     """
     Actor-only stochastic policy (no critic) with optional invalid action masking.
@@ -272,6 +296,10 @@ class GRPOPolicy(BasePolicy):
         :param action_masks: Action masks to apply to the action distribution
         :return: actions (shape ``(batch, *action_space.shape)``) and their log probability (shape ``(batch,)``)
         """
+        if isinstance(self.action_space, spaces.Discrete) and not deterministic:
+            features = self.extract_features(obs, self.features_extractor)
+            logits = self.action_net(self.actor_net(features))
+            return sample_masked_categorical(logits, action_masks)
         distribution = self.get_distribution(obs, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
