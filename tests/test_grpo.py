@@ -229,6 +229,54 @@ def _two_episode_buffer(**kwargs) -> GroupRolloutBuffer:
     return buffer
 
 
+@pytest.mark.parametrize("dict_obs", [False, True])
+def test_episodes_given_as_step_rows_fill_the_buffer_like_lists(dict_obs):
+    """Episodes whose observations and masks are rows of a StepStore (GRPO's collection) give the same buffer as the
+    same episodes given as per-step lists, whatever order the rows were appended in."""
+    from baselines.grpo.buffers import StepRows, StepStore
+
+    box = gym.spaces.Box(-1.0, 1.0, (2, 3), dtype=np.float32)
+    space = gym.spaces.Dict({"b": box, "a": gym.spaces.Discrete(4)}) if dict_obs else box
+    rng = np.random.default_rng(0)
+    obs_store, mask_store = StepStore(), StepStore()
+    lengths = [3, 1, 4, 2]
+    rows: list[list[int]] = [[] for _ in lengths]
+    per_step: list[list[tuple[object, np.ndarray]]] = [[] for _ in lengths]
+    for t in range(max(lengths)):  # vectorized steps: every episode still running records one row
+        running = [e for e, n in enumerate(lengths) if t < n]
+        batch = {"b": rng.random((len(running), 2, 3), dtype=np.float32), "a": rng.integers(4, size=len(running))}
+        masks = rng.random((len(running), 5)) > 0.3
+        first = obs_store.append(batch if dict_obs else batch["b"])
+        mask_store.append(masks)
+        for k, e in enumerate(running):
+            rows[e].append(first + k)
+            step_obs = {"b": batch["b"][k].copy(), "a": batch["a"][k]} if dict_obs else batch["b"][k].copy()
+            per_step[e].append((step_obs, masks[k].copy()))
+    buffers = [GroupRolloutBuffer(space, gym.spaces.Discrete(5)) for _ in range(2)]
+    for e, n in enumerate(lengths):
+        common = dict(group_id=e // 2, actions=[e] * n, log_probs=[-0.5] * n, rewards=[float(e)] * n)
+        buffers[0].add_episode(observations=[o for o, _ in per_step[e]], action_masks=[m for _, m in per_step[e]], **common)
+        r = np.array(rows[e])
+        buffers[1].add_episode(observations=StepRows(obs_store, r), action_masks=StepRows(mask_store, r), **common)
+    for buffer in buffers:
+        buffer.compute_advantages()
+    expected, got = buffers
+    if dict_obs:
+        assert list(got.observations) == list(space.spaces)  # the space's key order
+        for key in space.spaces:
+            assert got.observations[key].dtype == expected.observations[key].dtype
+            np.testing.assert_array_equal(got.observations[key], expected.observations[key])
+    else:
+        assert got.observations.dtype == expected.observations.dtype
+        np.testing.assert_array_equal(got.observations, expected.observations)
+    np.testing.assert_array_equal(got.action_masks, expected.action_masks)
+    np.testing.assert_array_equal(got.advantages, expected.advantages)
+    with pytest.raises(ValueError, match="one row per step"):
+        buffers[1].reset()
+        two, one = StepRows(obs_store, np.array([0, 1])), StepRows(mask_store, np.array([0]))
+        buffers[1].add_episode(0, two, [0, 0], [0.0, 0.0], [0.0, 0.0], action_masks=one)
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
 def test_loss_weights_match_trl_aggregation(loss_type):
     """With one minibatch, mean(weights * l) is TRL's aggregation of the per-step terms l."""
