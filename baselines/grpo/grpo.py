@@ -663,6 +663,8 @@ class GRPO(OnPolicyAlgorithm):
 
     def _claim_groups(self, env: VecEnv, state: _RolloutState, n_groups: int) -> None:
         """Add ``n_groups`` new groups to the rollout (their members wait in ``state.pending``)."""
+        if n_groups <= 0:  # (called after every vector step) nothing to draw, and no need to read env.num_tasks
+            return
         state.pending.extend(self._plan_group_members(env, n_groups, first_group_id=state.claimed))
         state.claimed += n_groups
         state.finished_members += [0] * n_groups
