@@ -229,6 +229,20 @@ def _two_episode_buffer(**kwargs) -> GroupRolloutBuffer:
     return buffer
 
 
+def test_flat_features_equal_the_combined_extractor_bit_for_bit():
+    box = gym.spaces.Box(-1.0, 1.0, (2, 3), dtype=np.float32)
+    space = gym.spaces.Dict({"z": box, "a": gym.spaces.Box(0.0, 1.0, (5,), dtype=np.float32)})
+    policy = MultiInputGRPOPolicy(space, gym.spaces.Discrete(4), lambda _: 1e-3, net_arch=[8])
+    obs = obs_as_tensor({k: np.stack([v.sample() for _ in range(6)]) for k, v in space.spaces.items()}, "cpu")
+    flat = policy._flat_features(obs)
+    assert flat is not None and th.equal(flat, policy.extract_features(obs, policy.features_extractor))
+    assert policy._flat_features({k: v.double() for k, v in obs.items()}) is None  # not float32: the usual path
+    other = MultiInputGRPOPolicy(
+        gym.spaces.Dict({"d": gym.spaces.Discrete(3), "a": space["a"]}), gym.spaces.Discrete(4), lambda _: 1e-3
+    )
+    assert other._flat_features({"d": th.zeros(2), "a": th.zeros(2, 5)}) is None  # one-hot preprocessing: not flat
+
+
 @pytest.mark.parametrize("dict_obs", [False, True])
 def test_episodes_given_as_step_rows_fill_the_buffer_like_lists(dict_obs):
     """Episodes whose observations and masks are rows of a StepStore (GRPO's collection) give the same buffer as the

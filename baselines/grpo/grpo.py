@@ -848,7 +848,7 @@ class GRPO(OnPolicyAlgorithm):
             first_row = obs_store.append(_take_obs(obs, recorded))
             if action_masks is not None:
                 mask_store.append(np.asarray(action_masks[recorded], dtype=bool).reshape(len(recorded), -1))
-            with th.no_grad():
+            with th.inference_mode():
                 obs_tensor = obs_as_tensor(obs, self.device)  # type: ignore[arg-type]
                 actions_tensor, log_probs_tensor = self.policy(obs_tensor, action_masks=action_masks)
             step_actions = actions_tensor.cpu().numpy()
