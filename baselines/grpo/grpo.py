@@ -831,6 +831,7 @@ class GRPO(OnPolicyAlgorithm):
         # The recorded envs' observations (and masks) are copied once per vectorized step into row stores; an episode
         # keeps its row numbers, and the buffer gathers all episodes' rows in one go when the rollout is complete
         obs_store, mask_store = StepStore(), StepStore()
+        records_anchor_keys, max_episode_steps = self._records_anchor_keys, self.max_episode_steps
 
         while True:
             active = np.array([slot.member is not None for slot in slots])
@@ -878,9 +879,10 @@ class GRPO(OnPolicyAlgorithm):
             self._update_info_buffer([step_infos[i] for i in recorded], step_dones[recorded])
 
             row = first_row  # the next recorded env's row in the stores (recorded envs are in env order)
+            dones = step_dones.tolist()
             for env_idx in range(n_envs):
                 slot = slots[env_idx]
-                done = bool(step_dones[env_idx])
+                done = bool(dones[env_idx])
                 if slot.member is None:
                     # an idle env: its auto-reset may have started a queued member
                     if done and slot.queued:
@@ -895,11 +897,11 @@ class GRPO(OnPolicyAlgorithm):
                 trajectory["actions"].append(step_actions[env_idx])
                 trajectory["log_probs"].append(log_probs[env_idx])
                 trajectory["rewards"].append(step_rewards[env_idx])
-                if self._records_anchor_keys:
+                if records_anchor_keys:
                     trajectory["anchor_keys"].append(slot.anchor_key)
                     slot.anchor_key = step_infos[env_idx].get("anchor_key")
                 slot.steps += 1
-                cut = self.max_episode_steps is not None and slot.steps >= self.max_episode_steps
+                cut = max_episode_steps is not None and slot.steps >= max_episode_steps
                 if not (done or cut):
                     continue
 
