@@ -43,6 +43,7 @@ import torch as th  # noqa: E402
 from stable_baselines3.common.base_class import BaseAlgorithm  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv  # noqa: E402
+from stable_baselines3.common.vec_env.util import dict_to_obs  # noqa: E402
 
 from baselines.evaluation import (  # noqa: E402
     EvalResult,
@@ -481,6 +482,15 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
                 obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
             self._save_obs(env_idx, obs)
         return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), list(self.buf_infos)
+
+    def _obs_from_buf(self) -> Any:
+        # DummyVecEnv's deepcopy of the dict of observation buffers, as one copy per array (the same arrays, values and
+        # dict type; object arrays, whose deep copy also copies their elements, keep the deepcopy)
+        if any(value.dtype == object for value in self.buf_obs.values()):
+            return super()._obs_from_buf()
+        return dict_to_obs(
+            self.observation_space, type(self.buf_obs)((key, value.copy()) for key, value in self.buf_obs.items())
+        )
 
 
 def _is_edo_id(env_id: str) -> bool:

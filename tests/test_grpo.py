@@ -229,6 +229,68 @@ def _two_episode_buffer(**kwargs) -> GroupRolloutBuffer:
     return buffer
 
 
+def test_flat_features_equal_the_combined_extractor_bit_for_bit():
+    box = gym.spaces.Box(-1.0, 1.0, (2, 3), dtype=np.float32)
+    space = gym.spaces.Dict({"z": box, "a": gym.spaces.Box(0.0, 1.0, (5,), dtype=np.float32)})
+    policy = MultiInputGRPOPolicy(space, gym.spaces.Discrete(4), lambda _: 1e-3, net_arch=[8])
+    obs = obs_as_tensor({k: np.stack([v.sample() for _ in range(6)]) for k, v in space.spaces.items()}, "cpu")
+    flat = policy._flat_features(obs)
+    assert flat is not None and th.equal(flat, policy.extract_features(obs, policy.features_extractor))
+    assert policy._flat_features({k: v.double() for k, v in obs.items()}) is None  # not float32: the usual path
+    other = MultiInputGRPOPolicy(
+        gym.spaces.Dict({"d": gym.spaces.Discrete(3), "a": space["a"]}), gym.spaces.Discrete(4), lambda _: 1e-3
+    )
+    assert other._flat_features({"d": th.zeros(2), "a": th.zeros(2, 5)}) is None  # one-hot preprocessing: not flat
+
+
+@pytest.mark.parametrize("dict_obs", [False, True])
+def test_episodes_given_as_step_rows_fill_the_buffer_like_lists(dict_obs):
+    """Episodes whose observations and masks are rows of a StepStore (GRPO's collection) give the same buffer as the
+    same episodes given as per-step lists, whatever order the rows were appended in."""
+    from baselines.grpo.buffers import StepRows, StepStore
+
+    box = gym.spaces.Box(-1.0, 1.0, (2, 3), dtype=np.float32)
+    space = gym.spaces.Dict({"b": box, "a": gym.spaces.Discrete(4)}) if dict_obs else box
+    rng = np.random.default_rng(0)
+    obs_store, mask_store = StepStore(), StepStore()
+    lengths = [3, 1, 4, 2]
+    rows: list[list[int]] = [[] for _ in lengths]
+    per_step: list[list[tuple[object, np.ndarray]]] = [[] for _ in lengths]
+    for t in range(max(lengths)):  # vectorized steps: every episode still running records one row
+        running = [e for e, n in enumerate(lengths) if t < n]
+        batch = {"b": rng.random((len(running), 2, 3), dtype=np.float32), "a": rng.integers(4, size=len(running))}
+        masks = rng.random((len(running), 5)) > 0.3
+        first = obs_store.append(batch if dict_obs else batch["b"])
+        mask_store.append(masks)
+        for k, e in enumerate(running):
+            rows[e].append(first + k)
+            step_obs = {"b": batch["b"][k].copy(), "a": batch["a"][k]} if dict_obs else batch["b"][k].copy()
+            per_step[e].append((step_obs, masks[k].copy()))
+    buffers = [GroupRolloutBuffer(space, gym.spaces.Discrete(5)) for _ in range(2)]
+    for e, n in enumerate(lengths):
+        common = dict(group_id=e // 2, actions=[e] * n, log_probs=[-0.5] * n, rewards=[float(e)] * n)
+        buffers[0].add_episode(observations=[o for o, _ in per_step[e]], action_masks=[m for _, m in per_step[e]], **common)
+        r = np.array(rows[e])
+        buffers[1].add_episode(observations=StepRows(obs_store, r), action_masks=StepRows(mask_store, r), **common)
+    for buffer in buffers:
+        buffer.compute_advantages()
+    expected, got = buffers
+    if dict_obs:
+        assert list(got.observations) == list(space.spaces)  # the space's key order
+        for key in space.spaces:
+            assert got.observations[key].dtype == expected.observations[key].dtype
+            np.testing.assert_array_equal(got.observations[key], expected.observations[key])
+    else:
+        assert got.observations.dtype == expected.observations.dtype
+        np.testing.assert_array_equal(got.observations, expected.observations)
+    np.testing.assert_array_equal(got.action_masks, expected.action_masks)
+    np.testing.assert_array_equal(got.advantages, expected.advantages)
+    with pytest.raises(ValueError, match="one row per step"):
+        buffers[1].reset()
+        two, one = StepRows(obs_store, np.array([0, 1])), StepRows(mask_store, np.array([0]))
+        buffers[1].add_episode(0, two, [0, 0], [0.0, 0.0], [0.0, 0.0], action_masks=one)
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
 def test_loss_weights_match_trl_aggregation(loss_type):
     """With one minibatch, mean(weights * l) is TRL's aggregation of the per-step terms l."""
@@ -280,6 +342,53 @@ def test_fast_categorical_matches_maskable_distribution(masked):
     log_prob, entropy = categorical_log_prob_entropy(logits, actions, masks if masked else None)
     th.testing.assert_close(log_prob, dist.log_prob(actions))
     th.testing.assert_close(entropy, dist.entropy())
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("masks_as_numpy", [False, True])
+def test_collection_sampling_is_the_maskable_distribution_bit_for_bit(masked, masks_as_numpy):
+    """``sample_masked_categorical`` (the policy's collection fast path) draws the same actions from torch's RNG and
+    gives the same log-probabilities, bit for bit, as sb3-contrib's distribution that the policy used before."""
+    from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
+
+    from baselines.grpo.policies import sample_masked_categorical
+
+    rng = th.Generator().manual_seed(1)
+    logits = 3 * th.randn(64, 7, generator=rng)
+    masks = th.rand(64, 7, generator=rng) > 0.5
+    masks[:, 3] = True
+    action_masks = (masks.numpy() if masks_as_numpy else masks) if masked else None
+    for seed in range(5):
+        th.manual_seed(seed)
+        dist = MaskableCategoricalDistribution(7).proba_distribution(logits)
+        if masked:
+            dist.apply_masking(action_masks)
+        expected_actions = dist.get_actions()
+        expected_log_prob = dist.log_prob(expected_actions)
+        th.manual_seed(seed)
+        actions, log_prob = sample_masked_categorical(logits, action_masks)
+        assert th.equal(actions, expected_actions)
+        assert actions.dtype == expected_actions.dtype and actions.shape == expected_actions.shape
+        assert th.equal(log_prob, expected_log_prob)
+        after_fast_path = th.rand(3)  # the generator moved on as much as with the distribution
+        th.manual_seed(seed)
+        dist.sample()
+        assert th.equal(after_fast_path, th.rand(3))
+
+
+def test_policy_forward_samples_like_the_distribution_path():
+    env = gym.make("CartPole-v1")
+    policy = GRPOPolicy(env.observation_space, env.action_space, lambda _: 1e-3, net_arch=[16])
+    obs = th.randn(32, 4)
+    th.manual_seed(7)
+    actions, log_prob = policy(obs)
+    th.manual_seed(7)
+    dist = policy.get_distribution(obs)
+    expected = dist.get_actions()
+    assert th.equal(actions, expected)
+    assert th.equal(log_prob, dist.log_prob(expected))
+    det_actions, _ = policy(obs, deterministic=True)
+    assert th.equal(det_actions, policy.get_distribution(obs).get_actions(deterministic=True))
 
 
 # ----------------------------------------------------------------------------- loss

@@ -184,6 +184,9 @@ def test_fresh_info_dummy_vec_env_matches_dummy_vec_env():
         dones = 0
         for _ in range(300):
             assert _same(dict(obs_a), dict(obs_b))
+            assert type(obs_a) is type(obs_b) and list(obs_a) == list(obs_b)
+            # the observations handed out are copies: the next step does not change them
+            assert not any(np.shares_memory(obs_a[k], buf) for k, buf in fast.buf_obs.items())
             masks = np.stack(fast.env_method("action_masks"))
             actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
             obs_a, rew_a, done_a, infos_a = fast.step(actions)

@@ -52,6 +52,76 @@ Observations = np.ndarray | dict[str, np.ndarray]
 LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
+class StepStore:
+    """
+    Per-step arrays of a rollout (observations, or action masks), appended once per vectorized step for all the
+    recorded envs at once, so that an episode is a list of row numbers (:class:`StepRows`) instead of per-step copies
+    stacked when it ends. ``GroupRolloutBuffer.compute_advantages`` then gathers all episodes' rows in one take.
+
+    Appended arrays are kept as they are (not copied): pass arrays that nothing changes later, e.g. rows taken by fancy
+    indexing (a copy).
+    """
+
+    def __init__(self) -> None:
+        self._chunks: list[Any] = []
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, rows: np.ndarray | dict[str, np.ndarray]) -> int:
+        """
+        Append rows (an array, or a dict of arrays with as many rows each).
+
+        :return: The row number of the first appended row
+        """
+        first = self._size
+        self._chunks.append(rows)
+        self._size += len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
+        return first
+
+    def take(self, rows: np.ndarray) -> Any:
+        """The rows ``rows`` (an array, or a dict of arrays, as appended), a new array."""
+        if len(self._chunks) > 1:  # join once; later appends add chunks after the joined one
+            first = self._chunks[0]
+            if isinstance(first, dict):
+                joined: Any = {key: np.concatenate([chunk[key] for chunk in self._chunks]) for key in first}
+            else:
+                joined = np.concatenate(self._chunks)
+            self._chunks = [joined]
+        data = self._chunks[0]
+        if isinstance(data, dict):
+            return {key: value[rows] for key, value in data.items()}
+        return data[rows]
+
+
+class StepRows:
+    """An episode's per-step values held in a :class:`StepStore`: its row numbers there, in time order."""
+
+    __slots__ = ("rows", "store")
+
+    def __init__(self, store: StepStore, rows: np.ndarray) -> None:
+        self.store = store
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def values(self) -> Any:
+        """The rows as an array (or a dict of arrays)."""
+        return self.store.take(self.rows)
+
+
+def _concatenate_steps(values: list[Any]) -> Any:
+    """Concatenate episodes' per-step values (arrays, dicts of arrays or :class:`StepRows`) in order."""
+    if values and all(isinstance(v, StepRows) for v in values) and len({id(v.store) for v in values}) == 1:
+        return values[0].store.take(np.concatenate([v.rows for v in values]))
+    values = [v.values() if isinstance(v, StepRows) else v for v in values]
+    if values and isinstance(values[0], dict):
+        return {key: np.concatenate([v[key] for v in values]) for key in values[0]}
+    return np.concatenate(values)
+
+
 class GroupRolloutBufferSamples(NamedTuple):
     """One minibatch of kept steps (steps of dropped groups never appear)."""
 
@@ -211,7 +281,7 @@ class GroupRolloutBuffer:
         length = rewards_arr.size
         if length == 0:
             raise ValueError("An episode must contain at least one step")
-        obs = self._stack_observations(observations)
+        obs = observations if isinstance(observations, StepRows) else self._stack_observations(observations)
         actions_arr = np.asarray(actions)
         if isinstance(self.action_space, spaces.Box):
             actions_arr = actions_arr.astype(np.float32)
@@ -219,10 +289,19 @@ class GroupRolloutBuffer:
             actions_arr = actions_arr.astype(np.int64)
         actions_arr = actions_arr.reshape((length, *self.action_space.shape))  # type: ignore[misc]
         log_probs_arr = np.asarray(log_probs, dtype=np.float32).reshape(-1)
-        masks_arr = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(length, -1)
-        obs_lengths = [v.shape[0] for v in obs.values()] if isinstance(obs, dict) else [obs.shape[0]]
+        masks_arr: Any = None
+        if isinstance(action_masks, StepRows):
+            masks_arr = action_masks
+        elif action_masks is not None:
+            masks_arr = np.asarray(action_masks, dtype=bool).reshape(length, -1)
+        if isinstance(obs, StepRows):
+            obs_lengths = [len(obs)]
+        else:
+            obs_lengths = [v.shape[0] for v in obs.values()] if isinstance(obs, dict) else [obs.shape[0]]
         if any(n != length for n in obs_lengths) or log_probs_arr.size != length:
             raise ValueError("observations, actions, log_probs and rewards must have the same length")
+        if isinstance(masks_arr, StepRows) and len(masks_arr) != length:
+            raise ValueError("action_masks must have one row per step")
         if anchor_keys is not None and len(anchor_keys) != length:
             raise ValueError("anchor_keys must have one key per step")
         if self.filter_on == "success" and success is None:
@@ -339,17 +418,15 @@ class GroupRolloutBuffer:
         if self.n_episodes == 0:
             raise RuntimeError("The buffer is empty")
         episodes = self._episodes
+        observations = _concatenate_steps([ep["observations"] for ep in episodes])
         if isinstance(self.observation_space, spaces.Dict):
-            self.observations = {
-                key: np.concatenate([ep["observations"][key] for ep in episodes]) for key in self.observation_space.spaces
-            }
-        else:
-            self.observations = np.concatenate([ep["observations"] for ep in episodes])
+            observations = {key: observations[key] for key in self.observation_space.spaces}
+        self.observations = observations
         self.actions = np.concatenate([ep["actions"] for ep in episodes])
         self.log_probs = np.concatenate([ep["log_probs"] for ep in episodes])
         self.rewards = np.concatenate([ep["rewards"] for ep in episodes])
         self.action_masks = (
-            None if episodes[0]["action_masks"] is None else np.concatenate([ep["action_masks"] for ep in episodes])
+            None if episodes[0]["action_masks"] is None else _concatenate_steps([ep["action_masks"] for ep in episodes])
         )
         lengths = self.episode_lengths
         self.episode_ids = np.repeat(np.arange(len(episodes)), lengths)

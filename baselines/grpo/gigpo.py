@@ -44,7 +44,7 @@ from baselines.grpo.advantages import (
     segment_return_to_go,
     success_tied_groups,
 )
-from baselines.grpo.buffers import GroupRolloutBuffer
+from baselines.grpo.buffers import GroupRolloutBuffer, _concatenate_steps
 from baselines.grpo.grpo import GRPO, _RolloutState
 from baselines.grpo.policies import GRPOPolicy
 
@@ -351,12 +351,9 @@ class AnchorGroupRolloutBuffer(GroupRolloutBuffer):
         episodes = [self._episodes[e] for e in episode_ids]
         lengths = np.array([ep["rewards"].size for ep in episodes])
         rewards = np.concatenate([ep["rewards"] for ep in episodes]).astype(np.float64)
+        observations: Any = _concatenate_steps([ep["observations"] for ep in episodes])
         if isinstance(self.observation_space, spaces.Dict):
-            observations: Any = {
-                k: np.concatenate([ep["observations"][k] for ep in episodes]) for k in self.observation_space.spaces
-            }
-        else:
-            observations = np.concatenate([ep["observations"] for ep in episodes])
+            observations = {k: observations[k] for k in self.observation_space.spaces}
         anchors, _ = self._anchor_ids(episode_ids, observations, np.zeros(lengths.sum(), dtype=np.int64))
         _, size, std = step_level_advantages(segment_return_to_go(rewards, lengths, self.gamma), anchors, "none")
         return bool(np.any((size > 1) & (std >= self.std_tol)))

@@ -21,7 +21,7 @@ from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
 from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, FILTER_ON, SCALE_REWARDS, SUPERVISIONS
-from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer
+from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer, StepRows, StepStore
 from baselines.grpo.callbacks import RecordedStepsProgressBar
 from baselines.grpo.policies import CnnPolicy, GRPOPolicy, MlpPolicy, MultiInputPolicy
 from baselines.grpo.wrappers import GroupStartWrapper
@@ -663,6 +663,8 @@ class GRPO(OnPolicyAlgorithm):
 
     def _claim_groups(self, env: VecEnv, state: _RolloutState, n_groups: int) -> None:
         """Add ``n_groups`` new groups to the rollout (their members wait in ``state.pending``)."""
+        if n_groups <= 0:  # (called after every vector step) nothing to draw, and no need to read env.num_tasks
+            return
         state.pending.extend(self._plan_group_members(env, n_groups, first_group_id=state.claimed))
         state.claimed += n_groups
         state.finished_members += [0] * n_groups
@@ -826,7 +828,10 @@ class GRPO(OnPolicyAlgorithm):
         n_envs = env.num_envs
         use_masking = self._use_masking_now
         can_reset_one = env.unwrapped is env
-        is_dict_obs = isinstance(obs, dict)
+        # The recorded envs' observations (and masks) are copied once per vectorized step into row stores; an episode
+        # keeps its row numbers, and the buffer gathers all episodes' rows in one go when the rollout is complete
+        obs_store, mask_store = StepStore(), StepStore()
+        records_anchor_keys, max_episode_steps = self._records_anchor_keys, self.max_episode_steps
 
         while True:
             active = np.array([slot.member is not None for slot in slots])
@@ -839,7 +844,12 @@ class GRPO(OnPolicyAlgorithm):
                 continue
 
             action_masks = get_action_masks(env) if use_masking else None
-            with th.no_grad():
+            recorded = np.flatnonzero(active)
+            # fancy indexing copies: the stored rows stay as they are whatever the VecEnv does to its arrays later
+            first_row = obs_store.append(_take_obs(obs, recorded))
+            if action_masks is not None:
+                mask_store.append(np.asarray(action_masks[recorded], dtype=bool).reshape(len(recorded), -1))
+            with th.inference_mode():
                 obs_tensor = obs_as_tensor(obs, self.device)  # type: ignore[arg-type]
                 actions_tensor, log_probs_tensor = self.policy(obs_tensor, action_masks=action_masks)
             step_actions = actions_tensor.cpu().numpy()
@@ -850,7 +860,6 @@ class GRPO(OnPolicyAlgorithm):
 
             step_obs, step_rewards, step_dones, step_infos = env.step(clipped_actions)
 
-            recorded = np.flatnonzero(active)
             self.num_timesteps += len(recorded)
             # Callbacks see the recorded envs only (SB3's names, restricted to those envs)
             callback.update_locals(
@@ -869,9 +878,11 @@ class GRPO(OnPolicyAlgorithm):
                 return False
             self._update_info_buffer([step_infos[i] for i in recorded], step_dones[recorded])
 
+            row = first_row  # the next recorded env's row in the stores (recorded envs are in env order)
+            dones = step_dones.tolist()
             for env_idx in range(n_envs):
                 slot = slots[env_idx]
-                done = bool(step_dones[env_idx])
+                done = bool(dones[env_idx])
                 if slot.member is None:
                     # an idle env: its auto-reset may have started a queued member
                     if done and slot.queued:
@@ -881,29 +892,29 @@ class GRPO(OnPolicyAlgorithm):
                     continue
 
                 trajectory = slot.trajectory
-                trajectory["observations"].append(_obs_at(obs, env_idx, is_dict_obs))
+                trajectory["observations"].append(row)
+                row += 1
                 trajectory["actions"].append(step_actions[env_idx])
                 trajectory["log_probs"].append(log_probs[env_idx])
                 trajectory["rewards"].append(step_rewards[env_idx])
-                if action_masks is not None:
-                    trajectory["action_masks"].append(action_masks[env_idx])
-                if self._records_anchor_keys:
+                if records_anchor_keys:
                     trajectory["anchor_keys"].append(slot.anchor_key)
                     slot.anchor_key = step_infos[env_idx].get("anchor_key")
                 slot.steps += 1
-                cut = self.max_episode_steps is not None and slot.steps >= self.max_episode_steps
+                cut = max_episode_steps is not None and slot.steps >= max_episode_steps
                 if not (done or cut):
                     continue
 
                 member = slot.member
                 truncated = bool(step_infos[env_idx].get("TimeLimit.truncated", False)) or not done
+                rows = np.array(trajectory["observations"], dtype=np.int64)
                 rollout_buffer.add_episode(
                     group_id=member.group_id,
-                    observations=trajectory["observations"],
+                    observations=StepRows(obs_store, rows),
                     actions=trajectory["actions"],
                     log_probs=trajectory["log_probs"],
                     rewards=trajectory["rewards"],
-                    action_masks=trajectory["action_masks"] if action_masks is not None else None,
+                    action_masks=StepRows(mask_store, rows) if action_masks is not None else None,
                     truncated=truncated,
                     anchor_keys=trajectory["anchor_keys"] if self._records_anchor_keys else None,
                     success=self._episode_success(step_infos[env_idx], done),
@@ -1213,12 +1224,6 @@ def _take_obs(obs: Any, indices: np.ndarray) -> Any:
     if isinstance(obs, dict):
         return {key: value[indices] for key, value in obs.items()}
     return obs[indices]
-
-
-def _obs_at(obs: Any, env_idx: int, is_dict_obs: bool) -> Any:
-    if is_dict_obs:
-        return {key: np.array(value[env_idx]) for key, value in obs.items()}
-    return np.array(obs[env_idx])
 
 
 __all__ = ["GRPO", "GRPOLossTerms", "Member", "grpo_loss", "ratio_diagnostics"]

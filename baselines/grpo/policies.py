@@ -72,6 +72,30 @@ def categorical_log_prob_entropy(
     return log_prob, -p_log_p.sum(dim=-1)
 
 
+def sample_masked_categorical(logits: th.Tensor, action_masks: MaybeMasks = None) -> tuple[th.Tensor, th.Tensor]:
+    """
+    Sample one action per row of ``logits`` and its log-probability, exactly as sb3-contrib's
+    ``MaskableCategoricalDistribution`` does (``proba_distribution``, ``apply_masking``, ``sample``, ``log_prob``):
+    the same operations in the same order, so the same values bit for bit and the same draw from torch's RNG, without
+    building (and validating) three torch ``Categorical`` objects per call.
+
+    :param logits: Action logits, ``(batch, n_actions)``
+    :param action_masks: Boolean masks of allowed actions, ``(batch, n_actions)``; None = all allowed
+    :return: actions ``(batch,)`` (int64) and their log-probabilities ``(batch,)``
+    """
+    logits = logits.reshape(-1, logits.shape[-1])
+    # MaskableCategorical.__init__: Categorical normalises the logits; those are its "original" logits
+    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
+    if action_masks is None:
+        masked = normalised  # apply_masking(None): the original logits, normalised again
+    else:
+        masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(normalised.shape)
+        masked = th.where(masks, normalised, th.tensor(MASKED_LOGIT, dtype=normalised.dtype, device=logits.device))
+    log_p = masked - masked.logsumexp(dim=-1, keepdim=True)
+    actions = th.multinomial(th.softmax(log_p, dim=-1), 1, True).T.reshape(-1)
+    return actions, log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
 class GRPOPolicy(BasePolicy):
     """
     Actor-only stochastic policy (no critic) with optional invalid action masking.
@@ -235,6 +259,34 @@ class GRPOPolicy(BasePolicy):
         with th.no_grad():
             return self.extract_features(obs, self.features_extractor)  # type: ignore[return-value]
 
+    def _flat_features(self, obs: PyTorchObs) -> th.Tensor | None:
+        """
+        The features extractor's output computed directly, when it is SB3's ``CombinedExtractor`` flattening float32
+        Box observations (``MultiInputPolicy`` on EDO): then preprocessing is the identity (``.float()`` of float32)
+        and the features are the flattened keys concatenated in the extractor's order, exactly. None otherwise (or
+        for observations that are not float32 tensors), and the caller extracts them the usual way.
+        """
+        keys = self.__dict__.get("_flat_feature_keys", False)
+        if keys is False:
+            keys = self._flat_feature_keys = self._find_flat_feature_keys()
+        if keys is None or not isinstance(obs, dict) or any(obs[key].dtype != th.float32 for key in keys):
+            return None
+        return th.cat([obs[key].flatten(1) for key in keys], dim=1)
+
+    def _find_flat_feature_keys(self) -> list[str] | None:
+        extractor = self.features_extractor
+        space = self.observation_space
+        if type(extractor) is not CombinedExtractor or not isinstance(space, spaces.Dict):
+            return None
+        keys = list(extractor.extractors.keys())
+        for key in keys:
+            sub_extractor, sub_space = extractor.extractors[key], space.spaces.get(key)
+            if type(sub_extractor) is not nn.Flatten or (sub_extractor.start_dim, sub_extractor.end_dim) != (1, -1):
+                return None
+            if type(sub_space) is not spaces.Box or sub_space.dtype != np.float32:
+                return None
+        return keys
+
     def _distribution_from_features(self, features: th.Tensor, action_masks: MaybeMasks = None) -> Distribution:
         """Action distribution given the features extractor's output, with masks applied."""
         mean_actions = self.action_net(self.actor_net(features))
@@ -272,6 +324,12 @@ class GRPOPolicy(BasePolicy):
         :param action_masks: Action masks to apply to the action distribution
         :return: actions (shape ``(batch, *action_space.shape)``) and their log probability (shape ``(batch,)``)
         """
+        if isinstance(self.action_space, spaces.Discrete) and not deterministic:
+            features = self._flat_features(obs)
+            if features is None:
+                features = self.extract_features(obs, self.features_extractor)
+            logits = self.action_net(self.actor_net(features))
+            return sample_masked_categorical(logits, action_masks)
         distribution = self.get_distribution(obs, action_masks)
         actions = distribution.get_actions(deterministic=deterministic)
         log_prob = distribution.log_prob(actions)
