@@ -604,3 +604,15 @@ def test_diagnostics_horizon_one_tiny_run_its_file_and_bad_input(tmp_path):
         proc = subprocess.run([sys.executable, "benchmarks/diagnostics.py", "horizon", "--hops", "3", "--timesteps", "10",
                                "--out-dir", str(tmp_path / "bad"), *bad], cwd=REPO, capture_output=True, text=True)  # fmt: skip
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_a_run_that_submits_at_once_counts_as_collapsed():
+    """Submitting at once costs the planner's call at reset (1 call per episode): that is a collapse; a run that
+    dispatches at least once on most episodes is not."""
+    from benchmarks.summary import summarise_runs
+
+    def record(calls: float) -> dict[str, Any]:
+        final = {"success": 0.0, "return": -0.07, "tokens": 300.0, "calls": calls, "latency_s": 1.0}
+        return {"spec": {"seed": 0}, "final": final, "wall_time_s": 1.0, "num_timesteps": 10, "grpo_stats": None}
+
+    assert summarise_runs([record(1.0), record(1.02), record(4.5)])["collapsed_runs"] == 2
