@@ -1,0 +1,158 @@
+"""``make train``'s training rate against the env's own steady-state rate, measured in the same run (issue 12).
+
+Each repeat runs, one after the other and each in a fresh process, on copies of one cache directory in the same
+state (complete embeddings, empty run-time cache):
+
+1. ``edo train`` with ``make train``'s arguments (GRPO, 300k steps, 16 envs) and ``--eval-episodes 0``: training
+   steps per second (env steps / training wall time, from the run's saved ``.json``), and its printed time breakdown;
+2. the env alone, as ``benchmarks/env_throughput.py`` measures it: ``--warmup`` random legal steps, then the median
+   of ``--repeats-warm`` timed windows of ``--steps`` steps.
+
+Reported: per repeat the ratio (1) / (2) and the median over repeats; the target is >= 0.35. The two measurements
+alternate, so slow drift of a shared machine hits both. Absolute rates depend on the machine and its load; the
+ratio is the figure.
+
+Usage::
+
+    python benchmarks/train_throughput.py                 # 2 repeats, 300k training steps
+    python benchmarks/train_throughput.py --repeats 1 --timesteps 100000
+
+Results: ``benchmarks/results/train_throughput.{json,md}`` (or ``--out-dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.common import machine_line, median_iqr, write_results  # noqa: E402
+
+TARGET = 0.35
+#: ``make train``'s arguments (Makefile, target ``train``), evaluation off.
+TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "16", "--net-arch", "128,128",
+              "--learning-rate", "5e-4", "--ent-coef", "0.01", "--group-size", "8", "--groups-per-rollout", "16",
+              "--batch-size", "512", "--n-epochs", "4", "--scale-rewards", "none", "--loss-type", "bnpo",
+              "--eval-episodes", "0", "--no-progress"]  # fmt: skip
+
+_COMPLETE = """
+import gymnasium as gym, edo_gym
+env = gym.make("EDO-v0"); env.reset(seed=0); env.unwrapped.service.complete_all(); env.close()
+"""
+
+_WARM = """
+import json, sys, numpy as np, gymnasium as gym, edo_gym
+from benchmarks.env_throughput import random_legal_steps
+warmup, steps, repeats = map(int, sys.argv[1:4])
+env = gym.make("EDO-v0"); rng = np.random.default_rng(0)
+random_legal_steps(env, warmup, rng, masked=True)
+print(json.dumps([steps / random_legal_steps(env, steps, rng, masked=True) for _ in range(repeats)]))
+"""
+
+
+def _env(cache_dir: Path) -> dict[str, str]:
+    root = str(Path(__file__).resolve().parent.parent)
+    return dict(os.environ, EDO_GYM_CACHE_DIR=str(cache_dir), HF_HUB_OFFLINE="1",
+                PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
+
+
+def train_rate(cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]:
+    """Run ``edo train`` (make train's arguments) in a fresh process; its steps/s and time breakdown."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "edo_gym.cli",
+        "train",
+        *TRAIN_ARGS,
+        "--timesteps",
+        str(timesteps),
+        "--output-dir",
+        str(out_dir),
+    ]
+    proc = subprocess.run(cmd, env=_env(cache_dir), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"edo train failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    (summary,) = out_dir.glob("*.json")
+    data = json.loads(summary.read_text())
+    return {"steps": data["num_timesteps"], "train_wall_s": data["train_wall_s"],
+            "steps_per_s": data["num_timesteps"] / data["train_wall_s"], "time_breakdown": data.get("time_breakdown"),
+            "printed": [line for line in proc.stdout.splitlines() if "rate" in line or "%" in line][-8:]}  # fmt: skip
+
+
+def warm_rate(cache_dir: Path, warmup: int, steps: int, repeats: int) -> list[float]:
+    """The env alone in a fresh process: steps/s of ``repeats`` windows after ``warmup`` random legal steps."""
+    proc = subprocess.run([sys.executable, "-c", _WARM, str(warmup), str(steps), str(repeats)], env=_env(cache_dir),
+                          capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"warm env measurement failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=2, help="alternated (training, env alone) pairs")
+    parser.add_argument("--timesteps", type=int, default=300_000, help="training steps (make train: 300k)")
+    parser.add_argument("--warmup", type=int, default=150_000, help="env-alone warm-up steps (as env_throughput.py)")
+    parser.add_argument("--steps", type=int, default=20_000, help="env-alone steps per timed window")
+    parser.add_argument("--repeats-warm", type=int, default=5, help="env-alone timed windows (median)")
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    for name in ("repeats", "timesteps", "warmup", "steps", "repeats_warm"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    load0 = os.getloadavg()[0]
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "cache"
+        print("embedding cache: building it complete once ...", flush=True)
+        subprocess.run([sys.executable, "-c", _COMPLETE], env=_env(base), check=True, capture_output=True)
+        for r in range(args.repeats):
+            train_cache, warm_cache = Path(tmp) / f"train{r}", Path(tmp) / f"warm{r}"
+            shutil.copytree(base, train_cache)
+            shutil.copytree(base, warm_cache)
+            print(f"repeat {r + 1}: edo train ({args.timesteps:,} steps) ...", flush=True)
+            t = train_rate(train_cache, Path(tmp) / f"runs{r}", args.timesteps)
+            print(f"  {t['steps_per_s']:,.0f} steps/s; env alone ...", flush=True)
+            w = warm_rate(warm_cache, args.warmup, args.steps, args.repeats_warm)
+            warm = float(np.median(w))
+            runs.append({**t, "warm_steps_per_s": w, "warm_median": warm, "ratio": t["steps_per_s"] / warm,
+                         "load_avg_1min": os.getloadavg()[0]})  # fmt: skip
+            print(f"  env alone {warm:,.0f} steps/s: ratio {runs[-1]['ratio']:.3f}", flush=True)
+    ratio = median_iqr([r["ratio"] for r in runs])
+    payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS},
+               "load_avg_1min_at_start": load0, "runs": runs, "train_over_env": ratio, "target": TARGET,
+               "met": bool(ratio["median"] >= TARGET)}  # fmt: skip
+    lines = [
+        "# make train's rate against the env's own steady-state rate, same run",
+        "",
+        machine_line(),
+        f"Command: `{' '.join(['python', 'benchmarks/train_throughput.py', *(argv if argv is not None else sys.argv[1:])])}`. "
+        f"Load average at start {load0:.1f}.",
+        "",
+        "| repeat | training steps/s | env alone steps/s (median) | ratio | env stepping share of training |",
+        "|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(runs):
+        share = (r["time_breakdown"] or {}).get("env_s")
+        share_txt = f"{share / r['train_wall_s']:.0%}" if share else "n/a"
+        lines.append(f"| {i + 1} | {r['steps_per_s']:,.0f} | {r['warm_median']:,.0f} | {r['ratio']:.3f} | {share_txt} |")
+    lines += ["", f"Median ratio {ratio['median']:.3f} (target >= {TARGET}): {'met' if payload['met'] else 'NOT met'}."]
+    json_path, md_path = write_results("train_throughput", payload, "\n".join(lines) + "\n", args.out_dir)
+    print("\n".join(lines))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
