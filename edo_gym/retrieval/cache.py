@@ -82,17 +82,8 @@ class EmbeddingCache:
         vectors = self._load(path, model_id, content_hash, len(texts))
         if vectors is not None:
             return vectors
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            lock = self._lock(path)
-            lock.acquire()
-        except Exception as exc:  # OSError (read-only, not a directory, lock timeout) or a lock-library error
-            warnings.warn(
-                f"embedding cache directory {self.directory} is not writable ({type(exc).__name__}: {exc}); "
-                f"keeping {kind} embeddings in memory",
-                CacheWarning,
-                stacklevel=2,
-            )
+        lock = self._acquire(path, kind)
+        if lock is None:
             return self._check_built(build(texts), len(texts))
         try:
             vectors = self._load(path, model_id, content_hash, len(texts), quiet=True)  # another process may have built it
@@ -180,6 +171,18 @@ class EmbeddingCache:
         content_hash = texts_hash(texts)
         path = self.path_for(kind, model_id, content_hash)
         vectors = self._check_built(vectors, len(texts))
+        lock = self._acquire(path, kind)
+        if lock is None:
+            return
+        try:
+            if self._load(path, model_id, content_hash, len(texts), quiet=True) is None:
+                self._remove_stale_temporaries(path)
+                self._store(path, vectors, model_id, content_hash)
+        finally:
+            lock.release()
+
+    def _acquire(self, path: Path, kind: str):  # -> filelock.FileLock | None (filelock is imported lazily)
+        """The held lock of ``path``, or None (with a warning) when the cache directory cannot be written."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             lock = self._lock(path)
@@ -189,15 +192,10 @@ class EmbeddingCache:
                 f"embedding cache directory {self.directory} is not writable ({type(exc).__name__}: {exc}); "
                 f"keeping {kind} embeddings in memory",
                 CacheWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-            return
-        try:
-            if self._load(path, model_id, content_hash, len(texts), quiet=True) is None:
-                self._remove_stale_temporaries(path)
-                self._store(path, vectors, model_id, content_hash)
-        finally:
-            lock.release()
+            return None
+        return lock
 
     @staticmethod
     def _remove_stale_temporaries(path: Path) -> None:
