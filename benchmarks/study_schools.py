@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_lib import RunSpec  # noqa: E402
+from benchmarks.bench_lib import REPO, RunSpec  # noqa: E402
 from benchmarks.common import RESULTS_DIR  # noqa: E402
 from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, train_spec  # noqa: E402
 from benchmarks.summary import header, heuristic_results, pyplot  # noqa: E402
@@ -68,9 +68,8 @@ SCHOOLS = {
 
 def shown(path: Path) -> str:
     """``path`` as written into the results: relative to the repository when inside it (results are committed)."""
-    root = Path(__file__).resolve().parent.parent
     resolved = path.resolve()
-    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
 
 
 def source_path(cfg: StudyConfig) -> Path | None:

@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from benchmarks.bench_lib import REPO  # noqa: E402
 from benchmarks.common import machine_line, median_iqr, write_results  # noqa: E402
 
 TARGET = 0.35
@@ -62,9 +63,8 @@ print(json.dumps([steps / random_legal_steps(env, steps, rng, masked=True) for _
 
 
 def _env(cache_dir: Path) -> dict[str, str]:
-    root = str(Path(__file__).resolve().parent.parent)
     return dict(os.environ, EDO_GYM_CACHE_DIR=str(cache_dir), HF_HUB_OFFLINE="1",
-                PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
+                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
 
 
 def train_rate(cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]:
