@@ -24,6 +24,7 @@ import pytest
 import edo_gym  # noqa: F401  (registers the ids)
 from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.cache import CacheWarning
+from edo_gym.retrieval.embedder import space_decomposable as store_decomposable
 from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.store import LazyVectors, RetrievalService
 from tests.test_speed_options import _assert_same, _trajectory
@@ -205,11 +206,16 @@ def test_runtime_cache_concurrent_writers_and_a_crash(tmp_path):
 
 
 def test_trajectories_equal_with_the_runtime_cache_off_cold_and_warm(tmp_path, small_world_kwargs, monkeypatch):
+    import edo_gym.retrieval.store as store
+
     steps = 800
     runs = {}
     stats = {}
-    for name, runtime in (("off", False), ("cold", True), ("warm", True)):
+    # whole texts counted (the piece-wise count of the default tokenizer off), so token counts go through the cache;
+    # "pieces": the default piece-wise count, whose token counts skip the run-time cache
+    for name, runtime in (("off", False), ("cold", True), ("warm", True), ("pieces", True)):
         monkeypatch.setattr(RetrievalService, "_registry", {})  # a fresh service each time, as in a new process
+        monkeypatch.setattr(store, "space_decomposable", (lambda counter: False) if name != "pieces" else store_decomposable)
         env = gym.make("EDO-v0", **small_world_kwargs, retrieval={"cache_dir": str(tmp_path), "runtime_cache": runtime})
         try:
             runs[name] = _trajectory(env, steps, seed=11)
@@ -218,8 +224,9 @@ def test_trajectories_equal_with_the_runtime_cache_off_cold_and_warm(tmp_path, s
             stats[name] = (sum(e.model_calls for e in service.encoders), service.runtime)
         finally:
             env.close()
-    for name in ("cold", "warm"):
+    for name in ("cold", "warm", "pieces"):
         _assert_same(runs["off"], runs[name], f"runtime cache {name}")
+    assert stats["pieces"][1].token_hits == 0
     calls_cold, runtime_cold = stats["cold"]
     calls_warm, runtime_warm = stats["warm"]
     assert calls_cold > 0 and calls_warm == 0  # the warm process ran the model for no query

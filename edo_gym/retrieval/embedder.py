@@ -11,6 +11,7 @@ vectors bit for bit, in small chunks run by several threads, with a progress bar
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from collections.abc import Sequence
@@ -168,6 +169,10 @@ class Embedder:
         """Unit-norm float32 embeddings, shape ``(len(texts), dim)``: sentence-transformers' ``encode(texts,
         batch_size=batch_size, normalize_embeddings=True)``, bit for bit (see :meth:`encode_many`)."""
         return self.encode_many([texts], batch_size=batch_size, progress="embedding texts" if show_progress_bar else None)[0]
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """The unit vector of one text, as ``encode([text])[0]``."""
+        return self.encode([text])[0]
 
     def encode_many(
         self,
@@ -328,6 +333,10 @@ class Embedder:
         encoded = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]
 
+    def token_counter(self) -> Any:
+        """The Rust tokenizer :meth:`count_tokens` uses (truncation and padding off), or ``None`` (slow tokenizer)."""
+        return self._token_counter()
+
     def _token_counter(self) -> Any:
         """A private copy of the Rust tokenizer with truncation and padding off (``None`` for a slow tokenizer)."""
         if self._counter is False:
@@ -344,3 +353,30 @@ class Embedder:
                     counter = None
             self._counter = counter
         return self._counter
+
+
+def space_decomposable(counter: Any) -> bool:
+    """Whether ``counter`` (a ``tokenizers.Tokenizer``) counts a text's tokens as the sum of the counts of its
+    ``text.split(" ")`` pieces, exactly.
+
+    True for BERT's WordPiece pipeline (the default model's): its normaliser maps each character on its own
+    (cleaning, CJK spacing, accents, lower case), its pre-tokeniser splits at every whitespace character (a space
+    never joins two tokens) and WordPiece works within each word; added (special) tokens never contain a space.
+    Any other pipeline answers False (counted whole).
+    """
+    if counter is None:
+        return False
+    try:
+        spec = json.loads(counter.to_str())
+    except Exception:  # not a tokenizers.Tokenizer we can read
+        return False
+    normalizer = spec.get("normalizer")
+    pre = spec.get("pre_tokenizer") or {}
+    model = spec.get("model") or {}
+    added = [t.get("content", "") for t in spec.get("added_tokens") or []]
+    return (
+        (normalizer is None or normalizer.get("type") == "BertNormalizer")
+        and pre.get("type") == "BertPreTokenizer"
+        and model.get("type") == "WordPiece"
+        and not any(" " in a for a in added)
+    )

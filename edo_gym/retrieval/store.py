@@ -30,15 +30,20 @@ import uuid
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.cache import EmbeddingCache, texts_hash
-from edo_gym.retrieval.embedder import Embedder
+from edo_gym.retrieval.embedder import Embedder, space_decomposable
 from edo_gym.retrieval.runtime_cache import RuntimeCache
+from edo_gym.retrieval.static import StaticEmbedder
 from edo_gym.world.generator import World
+
+#: Bound of the piece -> token count memo (cleared when exceeded).
+PIECE_MEMO_MAX = 1_000_000
 
 
 class LRUCache:
@@ -234,7 +239,7 @@ class QueryEncoder:
             runtime = self.runtime
             vec = runtime.get_vector(text) if runtime is not None else None
             if vec is None:
-                vec = self.embedder.encode([text])[0]
+                vec = self.embedder.encode_one(text)
                 self.model_calls += 1
                 if runtime is not None:
                     runtime.put_vector(text, vec)
@@ -472,7 +477,7 @@ class RetrievalService:
         self.pid = os.getpid()
         self.cache = EmbeddingCache(config.cache_dir)
         n_embedders = len(shards) if config.mode == "per_worker" else 1
-        self.embedders = [Embedder(config.model) for _ in range(n_embedders)]
+        self.embedders = [make_embedder(config, self.cache.directory) for _ in range(n_embedders)]
         embedder = self.embedders[0]
         self.model_id = embedder.model_id
         docs = [d.text for d in world.documents]
@@ -480,7 +485,8 @@ class RetrievalService:
         extra = dict(extra_texts or {})
         if {"corpus", "queries"} & set(extra):
             raise ValueError(f"extra_texts kinds must not be 'corpus' or 'queries', got {sorted(extra)}")
-        self.runtime = RuntimeCache(self.cache.directory, self.model_id, embedder.dim) if config.runtime_cache else None
+        use_runtime = config.runtime_cache and config.encoder == "transformer"
+        self.runtime = RuntimeCache(self.cache.directory, self.model_id, embedder.dim) if use_runtime else None
         if config.lazy_embeddings:
             # the corpus now (every shard index needs it); queries and task texts a batch at a time when first used
             vectors = self.cache.load_or_build_many(self.model_id, {"corpus": docs}, self._build_embeddings)
@@ -522,6 +528,8 @@ class RetrievalService:
             self._build_retrievers(world, config, shards, model_key, by_domain, built)
         self._client_lock = threading.Lock()
         self.token_memo = LRUCache(config.query_cache_size)
+        #: piece -> token count when whole texts may be counted by pieces (see :meth:`count_tokens`), else ``None``
+        self.piece_tokens: dict[str, int] | None = {} if space_decomposable(embedder.token_counter()) else None
 
     def _build_retrievers(
         self,
@@ -604,7 +612,7 @@ class RetrievalService:
         if config.mode == "per_worker":
             return cls(world, config, shards, extra_texts)
         key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
-               config.result_cache_size, config.presearch, config.lazy_embeddings, config.runtime_cache,
+               config.result_cache_size, config.presearch, config.lazy_embeddings, config.runtime_cache, config.encoder,
                tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
         with cls._lock:
             service = cls._registry.get(key)
@@ -614,17 +622,46 @@ class RetrievalService:
             return service
 
     def count_tokens(self, text: str) -> int:
-        """Tokens of ``text`` under the embedder's tokenizer (memoised, and kept in the run-time disk cache)."""
+        """Tokens of ``text`` under the embedder's tokenizer (memoised).
+
+        With a tokenizer that :func:`~edo_gym.retrieval.embedder.space_decomposable` accepts (the default model's),
+        a new text is counted as the sum of its space-separated pieces' counts, each piece counted once by the
+        tokenizer and memoised: exact (tested against counting whole texts), and the pieces (names, relation and
+        template words) repeat across texts. Otherwise whole texts are counted, and kept in the run-time disk cache.
+        """
         n = self.token_memo.get(text)
         if n is None:
-            runtime = self.runtime
-            n = runtime.get_tokens(text) if runtime is not None else None
-            if n is None:
-                n = self.embedders[0].count_tokens([text])[0]
-                if runtime is not None:
-                    runtime.put_tokens(text, n)
+            if self.piece_tokens is not None:
+                n = self._count_by_pieces(text)
+            else:
+                runtime = self.runtime
+                n = runtime.get_tokens(text) if runtime is not None else None
+                if n is None:
+                    n = self.embedders[0].count_tokens([text])[0]
+                    if runtime is not None:
+                        runtime.put_tokens(text, n)
             self.token_memo.put(text, n)
         return n
+
+    def _count_by_pieces(self, text: str) -> int:
+        memo = self.piece_tokens
+        assert memo is not None
+        total = 0
+        missing: list[str] = []
+        for piece in text.split(" "):
+            c = memo.get(piece)
+            if c is None:
+                missing.append(piece)
+            else:
+                total += c
+        if missing:
+            if len(memo) > PIECE_MEMO_MAX:
+                memo.clear()
+            unique = list(dict.fromkeys(missing))
+            counted = dict(zip(unique, self.embedders[0].count_tokens(unique), strict=True))
+            memo.update(counted)
+            total += sum(counted[p] for p in missing)
+        return total
 
     def _build_embeddings(self, requests: dict[str, list[str]]) -> dict[str, np.ndarray]:
         """Embed the lists the disk cache lacks, all at once, with a progress bar when it takes a while."""
@@ -681,6 +718,13 @@ class RetrievalService:
         """Commit what the run-time disk cache holds in memory (also done at exit)."""
         if self.runtime is not None:
             self.runtime.flush()
+
+
+def make_embedder(config: RetrievalConfig, cache_root: Path) -> Embedder | StaticEmbedder:
+    """The embedder ``config.encoder`` names: the sentence-transformers model, or a static model distilled from it."""
+    if config.encoder == "static":
+        return StaticEmbedder(config.model, cache_root)
+    return Embedder(config.model)
 
 
 def _texts_key(kind: str, texts: list[str]) -> str:
