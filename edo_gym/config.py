@@ -29,6 +29,8 @@ RETRIEVER_MODES: tuple[str, ...] = ("shared", "per_worker")
 TASK_SPLITS: tuple[str, ...] = ("train", "test", "all")
 PLANNER_ERRORS: tuple[str, ...] = ("drop", "merge", "reorder", "mislabel", "wrong_relation", "wrong_entity", "wrong_op")
 RETRIEVAL_ABLATIONS: tuple[str, ...] = ("none", "shuffled")
+#: Query/document encoders: the sentence-transformers model itself, or a model2vec static model distilled from it.
+RETRIEVAL_ENCODERS: tuple[str, ...] = ("transformer", "static")
 
 
 def _check_type(owner: str, name: str, value: Any, types: type | tuple[type, ...]) -> None:
@@ -345,6 +347,12 @@ class RetrievalConfig:
     #: embedding cache, so later processes read them instead of running the model (exact: the model's own value
     #: for the same text; see :mod:`edo_gym.retrieval.runtime_cache`).
     runtime_cache: bool = True
+    #: ``"transformer"`` (default): texts are embedded by the model itself. ``"static"``: by a model2vec static
+    #: model distilled locally from it (about a minute once, then cached; see :mod:`edo_gym.retrieval.static`).
+    #: Much faster per new query, NOT exact: retrieval results, recall and the observation's task embedding differ
+    #: from the default mode's (token counts, hence costs, do not). The run-time disk cache is not used with it
+    #: (computing a static vector is cheaper than reading one).
+    encoder: str = "transformer"
 
     def __post_init__(self) -> None:
         owner = "RetrievalConfig"
@@ -364,6 +372,7 @@ class RetrievalConfig:
         _check_type(owner, "presearch", self.presearch, bool)
         _check_type(owner, "lazy_embeddings", self.lazy_embeddings, bool)
         _check_type(owner, "runtime_cache", self.runtime_cache, bool)
+        _check_choice(owner, "encoder", self.encoder, RETRIEVAL_ENCODERS)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,134 @@
+"""The static (model2vec) retrieval encoder and the exact piece-wise token count.
+
+- ``retrieval.encoder="static"`` distils a model2vec model from the default all-MiniLM-L6-v2 once (real
+  distillation, about a minute on two cores; kept in the test session's embedding cache), then every query is
+  embedded by it and searched in chromadb: the fast single-query path gives ``StaticModel.encode`` bit for bit,
+  retrieval still finds the facts' documents, token counts (costs) equal the default mode's, and the env runs
+  deterministically under it;
+- a bad encoder name is a clear error;
+- counting a text's tokens as the sum of its space-separated pieces gives the tokenizer's count of the whole text,
+  on texts the env produces and on adversarial strings (control characters, accents, CJK, special tokens).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import edo_gym  # noqa: F401  (registers the ids)
+from edo_gym.config import RetrievalConfig
+from edo_gym.retrieval.embedder import space_decomposable
+from edo_gym.retrieval.static import StaticEmbedder
+from edo_gym.retrieval.store import RetrievalService
+
+
+@pytest.fixture(scope="module")
+def static_env() -> Any:
+    env = gym.make("EDO-v0", retrieval={"encoder": "static"})
+    yield env.unwrapped
+    env.close()
+
+
+def _steps(env: Any, n: int, seed: int) -> list[tuple]:
+    rng = np.random.default_rng(seed)
+    obs, info = env.reset(seed=seed)
+    out = []
+    for _ in range(n):
+        legal = np.flatnonzero(info["action_mask"])
+        obs, reward, terminated, truncated, info = env.step(int(legal[rng.integers(len(legal))]))
+        out.append((reward, terminated, truncated, obs["task"].tobytes(), repr(info.get("cost"))))
+        if terminated or truncated:
+            obs, info = env.reset()
+    return out
+
+
+def test_a_bad_encoder_name_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="encoder.*'transformer', 'static'"):
+        RetrievalConfig(encoder="onnx")
+
+
+def test_static_single_query_path_is_model2vec_encode_bit_for_bit(static_env) -> None:
+    embedder = static_env.service.embedders[0]
+    assert isinstance(embedder, StaticEmbedder) and embedder.model_id.startswith("static-m2v-pca256:")
+    texts = static_env.world.canonical_queries()[:50] + [
+        "",
+        "   ",
+        "Who is the mentor of (missing)?",
+        "Zo\u00eb [MASK] \u4e2d",
+    ]
+    reference = embedder.static.encode(texts, use_multiprocessing=False)
+    for text, ref in zip(texts, reference, strict=True):
+        got = embedder.encode_one(text)
+        assert got.dtype == np.float32 and np.array_equal(got, ref.astype(np.float32)), text
+    assert np.array_equal(embedder.encode(texts), reference.astype(np.float32))
+
+
+def test_static_retrieval_still_finds_the_facts_documents(static_env) -> None:
+    from edo_gym.world.generator import RELATIONS
+
+    world = static_env.world
+    gold = {(d.subject, d.relation): i for i, d in enumerate(world.documents) if not d.is_distractor}
+    hits = n = 0
+    for retriever in {id(r): r for r in static_env.service.retrievers}.values():
+        facts = [f for f in world.facts if RELATIONS[f[1]].domain in retriever.domains][:60]
+        for subject, rel in facts:
+            ids = retriever.search(RELATIONS[rel].question.format(x=subject), 3)
+            hits += gold[(subject, rel)] in ids
+            n += 1
+    assert n > 100 and hits / n > 0.5, f"static recall@3 {hits / n:.2f} over {n} canonical queries"
+
+
+def test_static_mode_counts_tokens_as_the_default_mode_and_is_deterministic(static_env, small_world_kwargs) -> None:
+    default = gym.make("EDO-v0").unwrapped
+    texts = [d.text for d in default.world.documents[:200]] + [t.text for t in default.pool.tasks[:100]]
+    assert static_env.service.embedders[0].count_tokens(texts) == default.service.embedders[0].count_tokens(texts)
+    assert np.array_equal(static_env.service.doc_tokens, default.service.doc_tokens)
+    first = _steps(gym.make("EDO-v0", retrieval={"encoder": "static"}), 300, seed=5)
+    again = _steps(gym.make("EDO-v0", retrieval={"encoder": "static"}), 300, seed=5)
+    assert first == again
+    # the task embedding in the observation comes from the static model: not the default mode's
+    assert first[0][3] != _steps(gym.make("EDO-v0"), 1, seed=5)[0][3]
+
+
+def test_a_distilled_model_is_reused_not_rebuilt(static_env, monkeypatch) -> None:
+    import edo_gym.retrieval.static as static
+
+    monkeypatch.setattr(static, "distill_static_model", lambda *a, **k: pytest.fail("distilled again"))
+    again = StaticEmbedder("default", static_env.service.cache.directory)
+    assert again.directory == static_env.service.embedders[0].directory
+    assert np.array_equal(
+        again.encode_one("Who is the mentor of Mara Quell?"),
+        static_env.service.embedders[0].encode_one("Who is the mentor of Mara Quell?"),
+    )
+
+
+def test_piece_wise_token_counts_equal_whole_text_counts() -> None:
+    env = gym.make("EDO-v0").unwrapped
+    service = env.service
+    assert service.piece_tokens is not None  # the default model's WordPiece pipeline qualifies
+    assert space_decomposable(service.embedders[0].token_counter())
+    seen: list[str] = []
+    original = RetrievalService.count_tokens
+
+    def spy(self: RetrievalService, text: str) -> int:
+        seen.append(text)
+        return original(self, text)
+
+    try:
+        RetrievalService.count_tokens = spy  # type: ignore[method-assign]
+        _steps(env, 1500, seed=3)
+    finally:
+        RetrievalService.count_tokens = original  # type: ignore[method-assign]
+    rng = random.Random(0)
+    alphabet = "ab Z\u00e9\u0301 \t\n\x1c\x00\ufffd\u4e2d,.'[MASK][SEP]##  xyz\u200b\u00a0"
+    weird = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(1500)]
+    texts = list(dict.fromkeys(seen)) + weird
+    assert len(texts) > 1700
+    service.token_memo.clear()
+    service.piece_tokens.clear()
+    got = [service._count_by_pieces(t) for t in texts]
+    assert got == service.embedders[0].count_tokens(texts)
