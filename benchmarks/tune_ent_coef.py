@@ -17,7 +17,7 @@ Finished trials are stored as run records (``<out-dir>/records/tune_ent_coef/``)
 
 Needs Ray (``pip install "edo-gym[ray]"``). Usage::
 
-    python benchmarks/tune_ent_coef.py                         # full: 5 values x 3 seeds x 3 algorithms x 300k steps
+    python benchmarks/tune_ent_coef.py                         # full: 6 values x 3 seeds x 3 algorithms x 300k steps
     python benchmarks/tune_ent_coef.py --quick                 # 3 values x 1 seed x 40k steps, 60 tasks
     python benchmarks/tune_ent_coef.py --smoke --ray-workers 2 # plumbing only
     python benchmarks/tune_ent_coef.py --ray-address auto      # on an existing Ray cluster
@@ -157,7 +157,7 @@ STUDY = Study(
     options=(
         Option(
             "--ent-coefs",
-            Tiered(full=[0.0, 0.003, 0.01, 0.03, 0.1], quick=[0.0, 0.01, 0.03], smoke=[0.0, 0.01]),
+            Tiered(full=[0.0, 0.003, 0.01, 0.03, 0.1, 0.3], quick=[0.0, 0.01, 0.03], smoke=[0.0, 0.01]),
             "entropy coefficients to try",
             type=float,
             nargs="+",
