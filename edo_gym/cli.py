@@ -115,7 +115,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             )
             return 2
         print(f"Building the default world, corpus embeddings and chromadb collections for {args.env} ...", flush=True)
-        kwargs: dict[str, Any] = {"info_text": "llm_router" in names}
+        kwargs: dict[str, Any] = {"info_text": "llm_router" in names, **_retrieval_kwargs(args)}
         if backend is not None:
             kwargs["backend"] = backend
         env = make_eval_env(args.env, **kwargs)
@@ -177,6 +177,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             progress_bar=not args.no_progress,
             vec_env=args.vec_env,
             verbose=args.verbose,
+            env_kwargs=_retrieval_kwargs(args),
         )
     except ValueError as exc:
         print(f"edo train: error: {exc}", file=sys.stderr)
@@ -233,7 +234,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             check_env_id(args.env)
             algo = args.algo or infer_algo(args.path)
             backend = _llm_backend(args, stack)
-            env_kwargs = {} if backend is None else {"backend": backend}
+            env_kwargs = _retrieval_kwargs(args) if backend is None else {"backend": backend, **_retrieval_kwargs(args)}
             results = evaluate_saved(
                 args.path,
                 args.env,
@@ -256,6 +257,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if backend is not None:
             print(str(backend.counts))
     return 0
+
+
+def _retrieval_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Env kwargs for ``--retrieval-encoder`` (none for the default, so the env's own defaults apply)."""
+    encoder = getattr(args, "retrieval_encoder", "transformer")
+    return {} if encoder == "transformer" else {"retrieval": {"encoder": encoder}}
+
+
+def _add_retrieval_arg(p: argparse.ArgumentParser) -> None:
+    from edo_gym.config import RETRIEVAL_ENCODERS
+
+    p.add_argument("--retrieval-encoder", choices=RETRIEVAL_ENCODERS, default="transformer",
+                   help="retrieval.encoder: the sentence-transformers model (default, exact) or 'static', a model2vec "
+                   "embedder distilled from it once and cached (faster, not exact: other retrieval results and task "
+                   "embedding; a model must be evaluated with the encoder it was trained with)")  # fmt: skip
 
 
 def _add_backend_args(p: argparse.ArgumentParser) -> None:
@@ -289,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--policies", nargs="+", default=None, help="policies to run (default: all heuristics, + llm_router with an LLM)"
     )
     _add_backend_args(demo)
+    _add_retrieval_arg(demo)
     demo.set_defaults(func=cmd_demo)
 
     from baselines.training import ALGOS, VEC_ENV_KINDS, TrainConfig
@@ -358,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--vec-env", choices=VEC_ENV_KINDS, default=d.vec_env, help="training VecEnv" + dft)
     tr.add_argument("--no-progress", action="store_true", help="no progress bars")
     tr.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d.verbose, help="SB3 log verbosity" + dft)
+    _add_retrieval_arg(tr)
     tr.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("evaluate", help="evaluate a saved model next to the heuristics on held-out tasks")
@@ -368,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=_non_negative_int, default=0)
     ev.add_argument("--no-heuristics", action="store_true", help="evaluate only the model")
     _add_backend_args(ev)
+    _add_retrieval_arg(ev)
     ev.set_defaults(func=cmd_evaluate)
 
     from edo_gym.llm.server import add_serve_llm_parser  # stdlib only; xllamacpp is imported when serving

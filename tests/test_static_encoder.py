@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -132,3 +133,22 @@ def test_piece_wise_token_counts_equal_whole_text_counts() -> None:
     service.piece_tokens.clear()
     got = [service._count_by_pieces(t) for t in texts]
     assert got == service.embedders[0].count_tokens(texts)
+
+
+def test_cli_trains_and_evaluates_with_the_static_encoder(tmp_path, capsys, static_env) -> None:
+    from edo_gym.cli import build_parser, main
+
+    assert build_parser().parse_args(["train"]).retrieval_encoder == "transformer"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--retrieval-encoder", "onnx"])
+    assert "invalid choice" in capsys.readouterr().err
+    out = tmp_path / "runs"
+    argv = ["--timesteps", "64", "--n-envs", "2", "--net-arch", "16", "--group-size", "2", "--groups-per-rollout", "2",
+            "--batch-size", "all", "--output-dir", str(out), "--eval-episodes", "2", "--no-progress"]  # fmt: skip
+    assert main(["train", *argv, "--retrieval-encoder", "static"]) == 0
+    text = capsys.readouterr().out
+    assert "| grpo |" in text
+    path = out / "grpo_EDO-v0_0.zip"
+    assert json.loads(path.with_suffix(".json").read_text())["config"]["env_kwargs"] == {"retrieval": {"encoder": "static"}}
+    assert main(["evaluate", str(path), "--episodes", "2", "--no-heuristics", "--retrieval-encoder", "static"]) == 0
+    assert "| grpo |" in capsys.readouterr().out
