@@ -52,7 +52,7 @@ import json, time
 t0 = time.perf_counter()
 import gymnasium as gym, edo_gym
 t1 = time.perf_counter()
-env = gym.make("EDO-v0")
+env = gym.make("EDO-v0", **{kwargs})
 env.reset(seed=0)
 t2 = time.perf_counter()
 service = env.unwrapped.service
@@ -63,11 +63,12 @@ print(json.dumps({"import_s": t1 - t0, "make_reset_s": t2 - t1, "complete_cache_
 """
 
 
-def start_time(cache_dir: str) -> dict[str, float]:
+def start_time(cache_dir: str, env_kwargs: dict | None = None) -> dict[str, float]:
     """Run a fresh interpreter that imports edo_gym and makes + resets EDO-v0 with ``cache_dir``; wall times."""
     env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1")
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", _START_SNIPPET], env=env, capture_output=True, text=True, check=True)
+    code = _START_SNIPPET.replace("{kwargs}", repr(env_kwargs or {}))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     total = time.perf_counter() - t0
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["process_s"] = total
@@ -81,7 +82,7 @@ import numpy as np
 t0 = time.perf_counter()
 import gymnasium as gym, edo_gym
 from benchmarks.env_throughput import random_legal_steps
-env = gym.make("EDO-v0")
+env = gym.make("EDO-v0", **{kwargs!r})
 service = env.unwrapped.service
 t1 = time.perf_counter()
 rng = np.random.default_rng({seed})
@@ -100,12 +101,12 @@ print(json.dumps({{
 """
 
 
-def first_steps(cache_dir: str, steps: int, seed: int) -> dict[str, float]:
+def first_steps(cache_dir: str, steps: int, seed: int, env_kwargs: dict | None = None) -> dict[str, float]:
     """A fresh interpreter with the embedding cache ``cache_dir`` present: seconds of its first ``steps`` random legal
     EDO-v0 steps (after make, timed apart), then of as many CartPole-v1 steps in the same process."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1", TQDM_DISABLE="1")
-    code = _FIRST_STEPS_SNIPPET.format(repo=repo, seed=seed, steps=steps)
+    code = _FIRST_STEPS_SNIPPET.format(repo=repo, seed=seed, steps=steps, kwargs=env_kwargs or {})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["edo_steps_per_s"] = steps / result["edo_s"]
@@ -180,8 +181,16 @@ def main() -> None:
     parser.add_argument("--no-start", action="store_true", help="skip the cold/warm start measurements")
     parser.add_argument("--first-steps", type=int, default=50_000, help="steps of the fresh-process measurement")
     parser.add_argument("--first-repeats", type=int, default=3, help="fresh processes for --first-steps (0: skip)")
+    parser.add_argument(
+        "--encoder",
+        choices=("transformer", "static"),
+        default="transformer",
+        help="retrieval.encoder of every EDO-v0 env measured; 'static' writes env_throughput_static.{json,md} and its "
+        "recall@k is reported beside the default's",
+    )
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args()
+    env_kwargs = {} if args.encoder == "transformer" else {"retrieval": {"encoder": args.encoder}}
 
     import gymnasium as gym
 
@@ -193,14 +202,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache_dir:
         if not args.no_start:
             print("cold start (empty embedding cache) ...", flush=True)
-            starts["cold"] = start_time(cache_dir)
+            starts["cold"] = start_time(cache_dir, env_kwargs)
             print("warm start (cache present) ...", flush=True)
-            starts["warm"] = start_time(cache_dir)
+            starts["warm"] = start_time(cache_dir, env_kwargs)
         for r in range(args.first_repeats):
             if r == 0 and args.no_start:
-                start_time(cache_dir)  # fills the disk cache
+                start_time(cache_dir, env_kwargs)  # fills the disk cache
             print(f"first {args.first_steps} steps of a fresh process (disk cache present), seed {r} ...", flush=True)
-            first.append(first_steps(cache_dir, args.first_steps, seed=r))
+            first.append(first_steps(cache_dir, args.first_steps, seed=r, env_kwargs=env_kwargs))
             print(
                 f"  EDO {first[-1]['edo_steps_per_s']:,.0f} steps/s, CartPole {first[-1]['cartpole_steps_per_s']:,.0f} "
                 f"steps/s; {first[-1]['embedder_calls']} embedder calls ({first[-1]['runtime_cache_vector_hits']} query "
@@ -210,7 +219,7 @@ def main() -> None:
         # the warm process uses the same cache directory (run-time cache entries of the processes above included)
         os.environ["EDO_GYM_CACHE_DIR"] = cache_dir
         print(f"EDO warm-up: {args.warmup} random legal steps ...", flush=True)
-        edo = gym.make("EDO-v0")
+        edo = gym.make("EDO-v0", **env_kwargs)
         service = edo.unwrapped.service
         rng = np.random.default_rng(0)
         random_legal_steps(edo, args.warmup, rng, masked=True)
@@ -233,6 +242,9 @@ def main() -> None:
                 flush=True,
             )
         latency = retrieval_latency(edo)
+        from benchmarks.study_retriever import shard_recall
+
+        recall = shard_recall(edo, None)
         runtime_sizes = service.runtime.sizes() if service.runtime else {}
     edo_sps = [args.steps / t for t in edo_times]
     cart_sps = [args.steps / t for t in cart_times]
@@ -268,6 +280,10 @@ def main() -> None:
         if first
         else None,
         "retrieval_latency_ms": latency,
+        "encoder": args.encoder,
+        "model_id": service.model_id,
+        # recall@k per worker shard over every canonical lookup question of its facts (study_retriever's measure)
+        "recall": recall,
         "load_average_at_start": load0,
         "target_steps_per_s": 5000,
         "target_met": float(np.median(edo_sps)) >= 5000,
@@ -278,7 +294,9 @@ def main() -> None:
         "",
         f"Machine: {machine_line(m)}. Command: `python benchmarks/env_throughput.py "
         f"--steps {args.steps} --repeats {args.repeats} --warmup {args.warmup} --first-steps {args.first_steps} "
-        f"--first-repeats {args.first_repeats}`. Load average at the start: {load0:.1f}.",
+        f"--first-repeats {args.first_repeats}"
+        + (f" --encoder {args.encoder}" if args.encoder != "transformer" else "")
+        + f"`. Load average at the start: {load0:.1f}. Retrieval encoder: {args.encoder} (`{service.model_id}`).",
         "",
         "| measure | median | IQR |",
         "|---|---|---|",
@@ -334,10 +352,18 @@ def main() -> None:
         ]
     lines += ["| retrieval latency | p50 (ms) | p99 (ms) |", "|---|---|---|"]
     lines += [f"| {k} | {v['p50']:.3f} | {v['p99']:.3f} |" for k, v in latency.items()]
+    lines += ["", "| worker | queries | recall@1 | recall@3 | recall@5 |", "|---|---|---|---|---|"]
+    lines += [
+        f"| {w} | {r['n_queries']} | " + " | ".join(f"{r[f'recall@{k}']:.3f}" for k in (1, 3, 5)) + " |"
+        for w, r in recall.items()
+    ]
     markdown = "\n".join(lines)
     print("\n" + markdown)
     write_results(
-        "env_throughput", payload, markdown, out_dir=None if args.out_dir is None else __import__("pathlib").Path(args.out_dir)
+        "env_throughput" if args.encoder == "transformer" else f"env_throughput_{args.encoder}",
+        payload,
+        markdown,
+        out_dir=None if args.out_dir is None else __import__("pathlib").Path(args.out_dir),
     )
 
 
