@@ -23,6 +23,7 @@ same reply, in any process. Confidence is reported as if from token log-probabil
 
 from __future__ import annotations
 
+import _random
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +61,15 @@ class FastRNG(random.Random):
     draws are cheaper. Methods: ``random()``, ``integers(low, high=None)`` (high excluded), ``normal(mean, sd)``,
     ``choice(a, p=None)`` (``a`` an int n for ``range(n)``, or a sequence).
     """
+
+    def __init__(self, seed: Any = None) -> None:
+        if type(seed) is int:
+            # what random.Random(seed) does for an int (Random.seed: the C seeding, then no cached gauss), without the
+            # Python-level type dispatch of Random.seed: the same state, so the same draws (tested)
+            _random.Random.seed(self, seed)
+            self.gauss_next = None
+        else:
+            super().__init__(seed)
 
     def integers(self, low: int, high: int | None = None) -> int:
         return self.randrange(low) if high is None else self.randrange(low, high)
