@@ -95,6 +95,12 @@ class Reading:
     text: str
     source: str
 
+    def __init__(self, text: str, source: str) -> None:
+        # the generated frozen-dataclass __init__ without object.__setattr__ per field (one reading per simulated call)
+        d = self.__dict__
+        d["text"] = text
+        d["source"] = source
+
 
 class SimulatedBackend:
     """Seeded simulation of the team's models (see module docstring).
@@ -136,10 +142,12 @@ class SimulatedBackend:
             raise ValueError(f"SimulatedBackend has no model for agent {request.agent!r}; known: {sorted(self.specs)}")
         if request.role == "worker":
             reading = self.read(spec, request.instruction, request.inputs, request.documents, rng)
-            text = reading.text
-            if reading.source not in ("abstain",) and rng.random() < spec.format_drift:
+            text, source = reading.text, reading.source
+            if source != "abstain" and rng.random() < spec.format_drift:
                 text = drift(text, DRIFTS[int(rng.integers(len(DRIFTS)))])
-            return LLMResponse(text, confidence=self._confidence(reading.source, rng))
+            # _confidence with FastRNG.normal inlined (gauss: the same draw)
+            confidence = float(min(1.0, max(0.0, rng.gauss(CONFIDENCE_BY_SOURCE[source], CONFIDENCE_SD))))
+            return LLMResponse(text, confidence=confidence)
         if request.role == "verifier":
             return LLMResponse(self._verify(spec, request, rng), confidence=None)
         raise ValueError(f"SimulatedBackend does not simulate role {request.role!r}; use a real model for it")
@@ -319,7 +327,8 @@ class SimulatedBackend:
             if candidates:
                 j = int(rng.choice(candidates))
                 pool = self.world.entities[self.world.kind_of[steps[j]["literal"]]]
-                others = [e for e in pool if e != steps[j]["literal"] and not any(s["literal"] == e for s in steps)]
+                used = {s["literal"] for s in steps}  # (``literal`` is a name or None; pool entries are names)
+                others = [e for e in pool if e != steps[j]["literal"] and e not in used]
                 if others:
                     steps[j] = {**steps[j], "literal": others[int(rng.integers(len(others)))]}
                     return steps, error
