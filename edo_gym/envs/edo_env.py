@@ -237,7 +237,8 @@ class EDOEnv(gym.Env):
         return ("rollback", "replan", "submit")[action - self.A_ROLLBACK], -1, False
 
     def _seed(self) -> int:
-        return int(self.np_random.integers(MAX_SEED))
+        rng = self._np_random  # the np_random property without its call (it only fills in a missing generator)
+        return int((rng if rng is not None else self.np_random).integers(MAX_SEED))
 
     # -- Gymnasium API ------------------------------------------------------------------------------------------
     def reset(
