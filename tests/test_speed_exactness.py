@@ -6,7 +6,9 @@
 - the simulator's memoised gold plans are never altered by the corruptions drawn from them: a backend that has
   answered many planner calls answers exactly as a fresh one;
 - a short seeded run of EDO-v0 hashes to a stored digest (observations, rewards, flags and ``info``), recorded
-  before the speed-ups: any non-exact change to a transition shows up here.
+  before the speed-ups: any non-exact change to a transition shows up here;
+- longer seeded runs (5,000 steps of EDO-v0, and runs with non-default options, a six-worker team, backend faults
+  and retriever faults) hash to digests recorded before the step-floor speed-ups, with every ``info`` key.
 """
 
 from __future__ import annotations
@@ -211,4 +213,108 @@ def test_a_seeded_run_matches_its_stored_digest() -> None:
     assert seeded_run_digest(400) == SEEDED_RUN_DIGEST, (
         "a seeded EDO-v0 run changed: a speed-up is not exact, or the environment's dynamics changed on purpose "
         "(then record the new digest here)"
+    )
+
+
+def _extra_workers() -> tuple[Any, ...]:
+    """The default team plus two more workers (six in all): more dispatch and verify actions, two more retrievers."""
+    import dataclasses
+
+    from edo_gym.config import default_workers
+
+    team = default_workers()
+    extra = (
+        dataclasses.replace(team[0], name="support_agent_2", top_k=3, format_drift=0.2, abstain_rate=0.5, price=0.5),
+        dataclasses.replace(team[3], name="generalist_2", shard=("orders", "sales"), size="medium", memory_coverage=0.5),
+    )
+    return team + extra
+
+
+#: ``(env id, gym.make kwargs, steps, fault rate of a FaultyBackend or None)`` of the longer stored-digest runs;
+#: ``workers="six"`` is the team of ``_extra_workers``, ``failing_retrievers=True`` wraps two workers' retrievers in
+#: ``FailingRetriever``\ s.
+DIGEST_RUNS: dict[str, tuple[str, dict[str, Any], int, float | None]] = {
+    "default-5000": ("EDO-v0", {}, 5000, None),
+    "options": (
+        "EDO-v0",
+        {
+            "retrieval_decider": "worker",
+            "history_len": 7,
+            "max_replans": 4,
+            "planner": {"error_rate": 0.8, "malformed_rate": 0.25},
+            "reward": {"partial_credit": 0.5, "token_weight": 0.2},
+            "token_budget_per_subtask": 150,
+            "rollback_tokens": 90,
+            "info_text": True,
+        },
+        5000,
+        None,
+    ),
+    "hard-six-workers-faults": (
+        "EDO-Hard-v0",
+        {"workers": "six", "backend_retries": 1, "retrieval": {"ablation": "shuffled"}, "enable_replan": False},
+        4000,
+        0.15,
+    ),
+    "support-no-verify-faults": (
+        "EDO-Support-v0",
+        {"enable_verify": False, "history_len": 0, "backend_retries": 3, "token_budget": 10**7, "failing_retrievers": True},
+        4000,
+        0.3,
+    ),
+}
+
+#: sha256 of ``full_run_digest(name)`` per run of ``DIGEST_RUNS``, recorded on commit a9dbe13 (before the step-floor
+#: speed-ups of issue 12): every ``info`` key is hashed.
+FULL_RUN_DIGESTS: dict[str, str] = {
+    "default-5000": "21adaec8426c054e9acd89be716c700ab648f5464b259120477531f87dd8fafc",
+    "options": "37cb8cb44f00fc37d10aacf0dda0c1e85922e2dacc19ce9f4903c3496fb0cd77",
+    "hard-six-workers-faults": "022533a32d7437f978e0b7b7ea0858ef8ccb7bf70b91778be5208cbc39edc8fa",
+    "support-no-verify-faults": "24d7098a1b907e06491d0d200fe958d95c4e9a2ac66b668f81b246c83ab8c6b0",
+}
+
+
+def full_run_digest(name: str) -> str:
+    """Hash of observations, rewards, flags and all of ``info`` of the seeded run ``DIGEST_RUNS[name]`` (random, mostly
+    legal actions; a ``FaultyBackend`` around the env's own simulator when a fault rate is given)."""
+    from reliability_helpers import FailingRetriever, FaultyBackend, simulated_backend
+
+    from edo_gym.config import EDOConfig
+
+    env_id, kwargs, steps, fault_rate = DIGEST_RUNS[name]
+    kwargs = dict(kwargs)
+    if kwargs.get("workers") == "six":
+        kwargs["workers"] = _extra_workers()
+    failing_retrievers = kwargs.pop("failing_retrievers", False)
+    if fault_rate is not None:
+        config = EDOConfig.from_kwargs(None, **{**gym.spec(env_id).kwargs, **kwargs})
+        kwargs["backend"] = FaultyBackend(simulated_backend(config), rate=fault_rate, seed=5)
+    env = gym.make(env_id, **kwargs)
+    if failing_retrievers:  # retriever faults: worker 0's searches raise, worker 2's return unknown ids, now and then
+        workers = env.unwrapped.workers
+        workers[0].retriever = FailingRetriever(workers[0].retriever, "raise", rate=0.3, seed=1)
+        workers[2].retriever = FailingRetriever(workers[2].retriever, "bad_ids", rate=0.3, seed=2)
+    rng = np.random.default_rng(321)
+    h = hashlib.sha256()
+    obs, info = env.reset(seed=17)
+    _update(h, obs)
+    _update(h, info)
+    for _ in range(steps):
+        legal = np.flatnonzero(info["action_mask"])
+        action = int(rng.integers(env.action_space.n)) if rng.random() < 0.05 else int(legal[rng.integers(len(legal))])
+        obs, reward, terminated, truncated, info = env.step(action)
+        for x in (obs, reward, terminated, truncated, info):
+            _update(h, x)
+        if terminated or truncated:
+            obs, info = env.reset(seed=int(rng.integers(1 << 30)) if rng.random() < 0.5 else None)
+            _update(h, obs)
+            _update(h, info)
+    env.close()
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("name", list(DIGEST_RUNS))
+def test_longer_seeded_runs_match_their_stored_digests(name: str) -> None:
+    assert full_run_digest(name) == FULL_RUN_DIGESTS[name], (
+        f"seeded run {name!r} changed: a speed-up is not exact, or the dynamics changed on purpose (then re-record it)"
     )

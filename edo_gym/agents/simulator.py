@@ -23,9 +23,13 @@ same reply, in any process. Confidence is reported as if from token log-probabil
 
 from __future__ import annotations
 
+import _random
+import math
 import random
+from bisect import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -61,6 +65,15 @@ class FastRNG(random.Random):
     ``choice(a, p=None)`` (``a`` an int n for ``range(n)``, or a sequence).
     """
 
+    def __init__(self, seed: Any = None) -> None:
+        if type(seed) is int:
+            # what random.Random(seed) does for an int (Random.seed: the C seeding, then no cached gauss), without the
+            # Python-level type dispatch of Random.seed: the same state, so the same draws (tested)
+            _random.Random.seed(self, seed)
+            self.gauss_next = None
+        else:
+            super().__init__(seed)
+
     def integers(self, low: int, high: int | None = None) -> int:
         return self.randrange(low) if high is None else self.randrange(low, high)
 
@@ -70,7 +83,14 @@ class FastRNG(random.Random):
     def choice(self, a: Any, p: Sequence[float] | None = None) -> Any:  # type: ignore[override]
         seq = range(a) if isinstance(a, int) else a
         if p is not None:
-            return self.choices(seq, weights=p)[0]
+            # random.choices(seq, weights=p)[0] on plain floats (numpy scalars made it several times slower): the same
+            # cumulative sums, the same single random() draw and bisection; anything it would reject goes to it
+            cum = list(accumulate(p.tolist() if isinstance(p, np.ndarray) else p))
+            n = len(seq)
+            total = cum[-1] + 0.0 if cum else 0.0
+            if len(cum) != n or not 0.0 < total < math.inf:
+                return self.choices(seq, weights=p)[0]
+            return seq[bisect(cum, self.random() * total, 0, n - 1)]
         return seq[self.randrange(len(seq))]
 
 
@@ -84,6 +104,12 @@ class Reading:
 
     text: str
     source: str
+
+    def __init__(self, text: str, source: str) -> None:
+        # the generated frozen-dataclass __init__ without object.__setattr__ per field (one reading per simulated call)
+        d = self.__dict__
+        d["text"] = text
+        d["source"] = source
 
 
 class SimulatedBackend:
@@ -126,10 +152,12 @@ class SimulatedBackend:
             raise ValueError(f"SimulatedBackend has no model for agent {request.agent!r}; known: {sorted(self.specs)}")
         if request.role == "worker":
             reading = self.read(spec, request.instruction, request.inputs, request.documents, rng)
-            text = reading.text
-            if reading.source not in ("abstain",) and rng.random() < spec.format_drift:
+            text, source = reading.text, reading.source
+            if source != "abstain" and rng.random() < spec.format_drift:
                 text = drift(text, DRIFTS[int(rng.integers(len(DRIFTS)))])
-            return LLMResponse(text, confidence=self._confidence(reading.source, rng))
+            # _confidence with FastRNG.normal inlined (gauss: the same draw)
+            confidence = float(min(1.0, max(0.0, rng.gauss(CONFIDENCE_BY_SOURCE[source], CONFIDENCE_SD))))
+            return LLMResponse(text, confidence=confidence)
         if request.role == "verifier":
             return LLMResponse(self._verify(spec, request, rng), confidence=None)
         raise ValueError(f"SimulatedBackend does not simulate role {request.role!r}; use a real model for it")
@@ -309,7 +337,8 @@ class SimulatedBackend:
             if candidates:
                 j = int(rng.choice(candidates))
                 pool = self.world.entities[self.world.kind_of[steps[j]["literal"]]]
-                others = [e for e in pool if e != steps[j]["literal"] and not any(s["literal"] == e for s in steps)]
+                used = {s["literal"] for s in steps}  # (``literal`` is a name or None; pool entries are names)
+                others = [e for e in pool if e != steps[j]["literal"] and e not in used]
                 if others:
                     steps[j] = {**steps[j], "literal": others[int(rng.integers(len(others)))]}
                     return steps, error

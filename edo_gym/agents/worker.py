@@ -55,6 +55,9 @@ OUTPUT_FORMATS = {
 }
 VERIFY_FORMAT = "CORRECT, INCORRECT or UNSURE, then at most one short sentence"
 _ABSTAIN = normalize(ABSTAIN_TEXT)
+#: Entries of an ``AgentCaller``'s own token-count memo before it starts afresh (a plain dict in front of the
+#: service's LRU memo: the same counts, about 4x cheaper to read).
+TOKEN_COUNT_MEMO_SIZE = 100_000
 
 
 @dataclass
@@ -78,11 +81,24 @@ class AgentCaller:
         self.backend = backend
         self.service = service
         self.policy = policy
+        self._token_counts: dict[str, int] = {}
+
+    def count_tokens(self, text: str) -> int:
+        """``service.count_tokens(text)``, memoised here too (a count never changes: the tokenizer's own)."""
+        n = self._token_counts.get(text)
+        if n is None:
+            n = self.service.count_tokens(text)
+            if len(self._token_counts) >= TOKEN_COUNT_MEMO_SIZE:
+                self._token_counts.clear()
+            self._token_counts[text] = n
+        return n
 
     def estimate_prompt_tokens(self, request: LLMRequest, doc_tokens: int = 0) -> int:
-        count = self.service.count_tokens
-        n = count(request.system) + count(request.task) + count(request.instruction) + 12
-        n += sum(count(x) for x in request.inputs) + doc_tokens
+        memo, count = self._token_counts, self.count_tokens
+        n = 12 + doc_tokens
+        for text in (request.system, request.task, request.instruction, *request.inputs):
+            c = memo.get(text)
+            n += count(text) if c is None else c
         if request.answer:
             n += count(request.answer)
         return n
@@ -103,7 +119,7 @@ class AgentCaller:
         if response is not None:
             completion = response.completion_tokens
             if completion is None:
-                completion = self.service.count_tokens(response.text) + VERBOSITY[size]
+                completion = self.count_tokens(response.text) + VERBOSITY[size]
             cost.completion_tokens = completion
             latency += (
                 response.latency_s

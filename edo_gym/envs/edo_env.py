@@ -86,9 +86,10 @@ def _task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
 @functools.lru_cache(maxsize=20_000)
 def _plan_tables(
     steps: tuple[PlanStep, ...], max_subtasks: int
-) -> tuple[str, list[tuple[int, ...]], list[list[int]], np.ndarray]:
+) -> tuple[str, list[tuple[int, ...]], list[list[int]], np.ndarray, list[tuple[int, ...]]]:
     """What only depends on a plan's steps (memoised; the array is read-only): the plan signature of the anchor key,
-    each step's inputs, each step's readers (the steps that use its answer), and the static subtask table.
+    each step's inputs, each step's readers (the steps that use its answer), the static subtask table, and the
+    placeholders of each step's instruction.
 
     About 1.5 kB per plan, so at most ~30 MB when full."""
     sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in steps)
@@ -101,7 +102,8 @@ def _plan_tables(
         sub[i, O.C_PRESENT] = 1.0
         sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
     sub.setflags(write=False)
-    return sig, deps, dependents, sub
+    holes = [tuple(placeholders(s.instruction)) for s in steps]
+    return sig, deps, dependents, sub, holes
 
 
 class EDOEnv(gym.Env):
@@ -168,6 +170,15 @@ class EDOEnv(gym.Env):
         self.step_limit = cfg.step_limit
         self.token_budget = cfg.episode_token_budget
         self._worker_static = O.worker_static_features(cfg, [len(s) for s in shard_indices], len(self.doc_texts))
+        # per-step constants of the config (a frozen dataclass; ``max_subtasks`` is a computed property)
+        self._max_subtasks = cfg.max_subtasks
+        self._history_len = cfg.history_len
+        self._enable_verify = cfg.enable_verify
+        self._replan_limit = cfg.max_replans if cfg.enable_replan else 0  # replan is legal while replans < this
+        self._replan_scale = max(1, cfg.max_replans)
+        self._latency_budget_s = cfg.latency_budget_s
+        #: Action masks by the state they depend on (see ``_mask``): read-only arrays and their values as a list.
+        self._mask_memo: dict[tuple, tuple[np.ndarray, list[float]]] = {}
         self._started = False
         self._ended = False
         self._gold_docs: dict[tuple[str, str], int] | None = None
@@ -226,7 +237,8 @@ class EDOEnv(gym.Env):
         return ("rollback", "replan", "submit")[action - self.A_ROLLBACK], -1, False
 
     def _seed(self) -> int:
-        return int(self.np_random.integers(MAX_SEED))
+        rng = self._np_random  # the np_random property without its call (it only fills in a missing generator)
+        return int((rng if rng is not None else self.np_random).integers(MAX_SEED))
 
     # -- Gymnasium API ------------------------------------------------------------------------------------------
     def reset(
@@ -273,6 +285,8 @@ class EDOEnv(gym.Env):
         self._workers_obs = self._worker_static.copy()
         self._count_scale = np.float32(1.0 / float(self.step_limit))
         self.history: deque[int] = deque(maxlen=max(self.config.history_len, 1))
+        # the observation's one-hot of the last actions, most recent first; ``step`` shifts it (see ``_observation``)
+        self._hist_obs = np.zeros((self._history_len, self.n_actions), dtype=np.float32) if self._history_len > 0 else None
         self.final_answer = ""
         self.success = False
         self.score = 0.0
@@ -347,7 +361,9 @@ class EDOEnv(gym.Env):
         self.attempts = [0] * n
         self.done_stack: list[int] = []
         self._truth: list[StepTruth] | None = None
-        self._plan_sig, self._deps, self._dependents, self._sub_static = _plan_tables(plan.steps, self.config.max_subtasks)
+        self._plan_sig, self._deps, self._dependents, self._sub_static, self._holes = _plan_tables(
+            plan.steps, self._max_subtasks
+        )
         # the subtask table without the current-step marker, kept up to date row by row: a row is recomputed only
         # when its step's result, verdicts or attempts (or a result it reads) changed (see ``_touch``)
         self._sub_rows = self._sub_static.copy()
@@ -355,6 +371,8 @@ class EDOEnv(gym.Env):
         prefix = f"{self.task_id}\x1e{self._plan_sig}\x1e".encode()
         self._anchor_prefix = (zlib.crc32(prefix), zlib.adler32(prefix))
         self._dirty_rows: set[int] = set(range(n))
+        # per step, its part of the anchor key's status: result given ("0"/"1"), first letter of the latest verdict
+        self._status = ["0-"] * n
         head = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
         head[O.P_LEN] = n / self.config.max_subtasks
         if plan.confidence is not None:
@@ -377,26 +395,51 @@ class EDOEnv(gym.Env):
         return self._mask().astype(bool)
 
     def _mask(self) -> np.ndarray:
-        mask = np.zeros(self.n_actions, dtype=np.float32)
+        return self._mask_entry(self.current_step)[0].copy()
+
+    def _mask_entry(self, cur: int) -> tuple[np.ndarray, list[float]]:
+        """The action mask (read-only, memoised) and its values as a list, given ``cur`` (``current_step``).
+
+        Legal: dispatches while a step is undone (with retrieval only for workers whose retriever has documents),
+        rollback and verify by a worker that has not verified it yet while a result is on the stack, replan while
+        replans are left, submit; nothing before reset or after the end."""
         if self._ended or not self._started:
-            return mask
-        if self.current_step >= 0:
-            mask[: self.n_dispatch] = 1.0
-            if self.retrieve_flag:
-                for i, w in enumerate(self.workers):
-                    if w.retriever.size == 0:
-                        mask[2 * i + 1] = 0.0
-        if self.done_stack:
-            mask[self.A_ROLLBACK] = 1.0
-            if self.config.enable_verify:
-                top = self.done_stack[-1]
-                for w in range(len(self.workers)):
-                    if w not in self.verified_by[top]:
-                        mask[self.A_VERIFY + w] = 1.0
-        if self.config.enable_replan and self.replans < self.config.max_replans:
-            mask[self.A_REPLAN] = 1.0
-        mask[self.A_SUBMIT] = 1.0
-        return mask
+            key: tuple = ()
+        else:
+            no_docs = None
+            if cur >= 0 and self.retrieve_flag:  # read each time: a worker's retriever may be replaced
+                no_docs = tuple([w.retriever.size == 0 for w in self.workers])
+            top = frozenset(self.verified_by[self.done_stack[-1]]) if self.done_stack else None
+            key = (cur >= 0, no_docs, top, self.replans < self._replan_limit)
+        entry = self._mask_memo.get(key)
+        if entry is None:
+            entry = self._build_mask(key)
+            if len(self._mask_memo) >= 4096:
+                self._mask_memo.clear()
+            self._mask_memo[key] = entry
+        return entry
+
+    def _build_mask(self, key: tuple) -> tuple[np.ndarray, list[float]]:
+        mask = np.zeros(self.n_actions, dtype=np.float32)
+        if key:
+            undone, no_docs, top, replan = key
+            if undone:
+                mask[: self.n_dispatch] = 1.0
+                if no_docs is not None:
+                    for i, empty in enumerate(no_docs):
+                        if empty:
+                            mask[2 * i + 1] = 0.0
+            if top is not None:
+                mask[self.A_ROLLBACK] = 1.0
+                if self._enable_verify:
+                    for w in range(len(self.workers)):
+                        if w not in top:
+                            mask[self.A_VERIFY + w] = 1.0
+            if replan:
+                mask[self.A_REPLAN] = 1.0
+            mask[self.A_SUBMIT] = 1.0
+        mask.setflags(write=False)
+        return mask, mask.tolist()
 
     def charge(self, tokens: int = 0, calls: int = 0, latency_s: float = 0.0) -> None:
         """Charge an outside decision-maker's cost (e.g. an LLM router's call per decision) to the next step.
@@ -419,12 +462,15 @@ class EDOEnv(gym.Env):
             raise RuntimeError("EDOEnv.step() called after the episode ended (terminated or truncated); call env.reset()")
         a = self._check_action(action)
         cfg = self.config
-        cost, priced = self._pending, self._pending_price
-        self._pending, self._pending_price = CallCost(), 0.0
+        # this step's cost: what was pending (the planner at reset, an outside policy's charge), then the action's
+        pending, priced = self._pending, self._pending_price
+        prompt, completion, calls, latency = pending.prompt_tokens, pending.completion_tokens, pending.calls, pending.latency_s
+        if prompt or completion or calls or latency or priced:  # else the zero ledger stays as it is
+            self._pending, self._pending_price = CallCost(), 0.0
         penalty = 0.0
         score = 0.0
         terminated = False
-        legal = self._mask_cache[a] > 0  # the mask of the observation this action answers (state unchanged since)
+        legal = self._mask_list[a] > 0  # the mask of the observation this action answers (state unchanged since)
         self._call_status = _NO_CALL
         if not legal:
             if cfg.illegal_action == "raise":
@@ -438,7 +484,8 @@ class EDOEnv(gym.Env):
         else:
             kind, w, retrieve = self.decode_action(a)
             event = kind
-            step_cost, price = CallCost(), 1.0
+            step_cost: CallCost | None = None
+            price = 1.0
             if kind == "dispatch":
                 step_cost, price = self._dispatch(w, retrieve), cfg.workers[w].price
             elif kind == "verify":
@@ -449,6 +496,7 @@ class EDOEnv(gym.Env):
                 self._touch(i)
                 self.verdicts[i] = []
                 self.verified_by[i] = set()
+                self._status[i] = "0-"
                 step_cost = CallCost(prompt_tokens=cfg.rollback_tokens)
                 self.trace.append(("rollback", i))
             elif kind == "replan":
@@ -457,25 +505,33 @@ class EDOEnv(gym.Env):
                 price = PLANNER_PRICE
                 self._set_plan(plan)
                 self.trace.append(("replan", plan))
-            else:  # submit
+            else:  # submit (costs nothing: adding zeros would change no sum)
                 score = self._submit()
                 terminated = True
-            cost.prompt_tokens += step_cost.prompt_tokens
-            cost.completion_tokens += step_cost.completion_tokens
-            cost.calls += step_cost.calls
-            cost.latency_s += step_cost.latency_s
-            priced += price * step_cost.tokens
+            if step_cost is not None:
+                step_prompt, step_completion = step_cost.prompt_tokens, step_cost.completion_tokens
+                prompt += step_prompt
+                completion += step_completion
+                calls += step_cost.calls
+                latency += step_cost.latency_s
+                priced += price * (step_prompt + step_completion)
         self.steps += 1
         self.history.append(a)
-        self.tokens += cost.tokens
-        self.calls += cost.calls
-        self.latency_s += cost.latency_s
+        hist = self._hist_obs
+        if hist is not None:  # shift the one-hot rows down (numpy copies overlapping slices safely), newest on top
+            hist[1:] = hist[:-1]
+            hist[0] = 0.0
+            hist[0, a] = 1.0
+        tokens = prompt + completion
+        self.tokens += tokens
+        self.calls += calls
+        self.latency_s += latency
         rw = cfg.reward
         terms = {
             "success": float(score),
             "tokens": -rw.token_weight * priced / 1000.0,
-            "calls": -rw.call_weight * cost.calls,
-            "latency": -rw.latency_weight * cost.latency_s,
+            "calls": -rw.call_weight * calls,
+            "latency": -rw.latency_weight * latency,
             "illegal": -penalty,
         }
         if not terminated and self.tokens > self.token_budget:
@@ -489,7 +545,7 @@ class EDOEnv(gym.Env):
         info: dict[str, Any] = {
             "action_mask": obs["action_mask"].copy(),
             "reward_terms": terms,
-            "cost": {"tokens": int(cost.tokens), "calls": int(cost.calls), "latency_s": float(cost.latency_s)},
+            "cost": {"tokens": int(tokens), "calls": int(calls), "latency_s": float(latency)},
             "event": event,
             "illegal_action": bool(not legal),
             "task_id": int(self.task_id),
@@ -540,11 +596,16 @@ class EDOEnv(gym.Env):
     def _filled(self, i: int) -> tuple[str, tuple[str, ...]]:
         """Step ``i``'s instruction with upstream answers filled in, and those answers as written."""
         step = self.plan.steps[i]
+        results = self.results
+        holes = self._holes[i]
+        inputs = tuple([results[d].text if results[d] is not None else "(missing)" for d in step.deps])  # type: ignore[union-attr]
+        if not holes:  # nothing to fill in: fill() would return the instruction as written
+            return step.instruction, inputs
         link = step.label == "lookup"
         values: dict[int, str] = {}
-        for k in placeholders(step.instruction):
+        for k in holes:
             d = k - 1
-            r = self.results[d] if 0 <= d < len(self.results) else None
+            r = results[d] if 0 <= d < len(results) else None
             if r is None:
                 values[k] = "(missing)"
                 continue
@@ -553,7 +614,6 @@ class EDOEnv(gym.Env):
                 linked = self.linker.link(text)
                 text = linked if linked is not None else text.rstrip(".")
             values[k] = text
-        inputs = tuple(self.results[d].text if self.results[d] is not None else "(missing)" for d in step.deps)  # type: ignore[union-attr]
         return fill(step.instruction, values), inputs
 
     def _dispatch(self, w: int, retrieve: bool) -> CallCost:
@@ -575,6 +635,7 @@ class EDOEnv(gym.Env):
             self._touch(i)
             self.verdicts[i] = []
             self.verified_by[i] = set()
+            self._status[i] = "1-"
             self.done_stack.append(i)
             if record.abstained:
                 self._count(w, 1)
@@ -602,6 +663,7 @@ class EDOEnv(gym.Env):
         else:
             self.verified_by[i].add(w)
             self.verdicts[i].append(check.verdict)
+            self._status[i] = "1" + check.verdict[0]
             if check.verdict == "flagged":
                 self._count(record.worker, 2)
             elif check.verdict == "ok":
@@ -674,49 +736,51 @@ class EDOEnv(gym.Env):
             row[O.C_DEPS] = 1.0
 
     def _observation(self) -> dict[str, np.ndarray]:
-        cfg = self.config
-        mask = self._mask_cache = self._mask()
-        n = len(self.plan.steps)
         cur = self.current_step
+        mask, self._mask_list = self._mask_entry(cur)
+        n = len(self.plan.steps)
         if self._dirty_rows:
             for i in self._dirty_rows:
                 self._subtask_row(i)
             self._dirty_rows.clear()
         sub = self._sub_rows.copy()
-        results, verdicts = self.results, self.verdicts
         if cur >= 0:
             sub[cur, O.C_CURRENT] = 1.0
         plan = self._plan_static.copy()
-        plan[O.P_CURRENT] = (cur if cur >= 0 else n) / cfg.max_subtasks
+        plan[O.P_CURRENT] = (cur if cur >= 0 else n) / self._max_subtasks
         plan[O.P_ALL_DONE] = float(cur < 0)
-        plan[O.P_REPLANS] = self.replans / max(1, cfg.max_replans)
-        if self.done_stack:
-            last = self.done_stack[-1]
-            rec = results[last]
+        plan[O.P_REPLANS] = self.replans / self._replan_scale
+        done_stack = self.done_stack
+        if done_stack:
+            last = done_stack[-1]
+            rec = self.results[last]
             if rec is not None and rec.confidence is not None:
                 plan[O.P_LAST_CONF] = rec.confidence
                 plan[O.P_LAST_CONF_GIVEN] = 1.0
-            if verdicts[last]:
-                plan[O.P_LAST_OK - 1 + _VERDICT_CODE[verdicts[last][-1]]] = 1.0
+            v = self.verdicts[last]
+            if v:
+                plan[O.P_LAST_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
         lim = float(self.step_limit)
-        workers = self._workers_obs.copy()
         budget = np.array(
             [
                 min(1.0, self.tokens / self.token_budget),
                 min(1.0, self.calls / lim),
-                min(1.0, self.latency_s / cfg.latency_budget_s),
+                min(1.0, self.latency_s / self._latency_budget_s),
                 min(1.0, self.steps / lim),
                 min(1.0, self.illegal_actions / lim),
             ],
             dtype=np.float32,
         )
-        obs = {"task": self._task_obs.copy(), "plan": plan, "subtasks": sub, "workers": workers, "budget": budget}
-        if cfg.history_len > 0:
-            hist = np.zeros((cfg.history_len, self.n_actions), dtype=np.float32)
-            for k, a in enumerate(reversed(self.history)):
-                hist[k, a] = 1.0
-            obs["history"] = hist
-        obs["action_mask"] = mask
+        obs = {
+            "task": self._task_obs.copy(),
+            "plan": plan,
+            "subtasks": sub,
+            "workers": self._workers_obs.copy(),
+            "budget": budget,
+        }
+        if self._hist_obs is not None:
+            obs["history"] = self._hist_obs.copy()
+        obs["action_mask"] = mask.copy()
         return obs
 
     def _anchor_key(self) -> str:
@@ -724,9 +788,7 @@ class EDOEnv(gym.Env):
 
         Equal keys mean the same decision point: GiGPO groups steps by it. Only observable facts enter it.
         """
-        status = ",".join(
-            [("0" if r is None else "1") + (v[-1][0] if v else "-") for r, v in zip(self.results, self.verdicts, strict=True)]
-        )
+        status = ",".join(self._status)  # kept up to date by each change of a result or verdict
         # two independent 32-bit checksums of f"{task_id}\x1e{plan_sig}\x1e{status}\x1e{replans}": stable across
         # processes (unlike hash()), and cheap on every step (the task and plan prefix is summed once per plan)
         rest = f"{status}\x1e{self.replans}".encode()
