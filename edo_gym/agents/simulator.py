@@ -175,7 +175,7 @@ class SimulatedBackend:
             return self._lookup(spec, relations, subject, documents, rng)
         c = parse_compute(instruction)
         if c is not None:
-            return self._compute(spec, c[0], list(inputs) if inputs else c[1], rng)
+            return self._compute(spec, c[0], list(inputs) if inputs else list(c[1]), rng)
         r = parse_reply(instruction)
         if r is not None:
             return self._write(spec, inputs[0] if inputs else r, rng)

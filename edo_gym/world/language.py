@@ -130,13 +130,14 @@ def _parse_phrase_chain(text: str, depth: int = 0) -> tuple[tuple[str, ...], str
 
 
 @lru_cache(maxsize=100_000)
-def parse_compute(text: str) -> tuple[str, list[str]] | None:
-    """``(op, input texts)`` of a compute instruction, or ``None``."""
+def parse_compute(text: str) -> tuple[str, tuple[str, ...]] | None:
+    """``(op, input texts)`` of a compute instruction, or ``None`` (memoised: immutable, so no caller can alter
+    what the next one gets)."""
     m = _COMPUTE.match(text.strip())
     if not m:
         return None
     op = "sum" if m.group("op") == "the sum" else "max"
-    refs = [r.strip() for r in m.group("refs").split(", ")] if m.group("refs").strip() else []
+    refs = tuple(r.strip() for r in m.group("refs").split(", ")) if m.group("refs").strip() else ()
     return op, refs
 
 
