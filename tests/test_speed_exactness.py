@@ -187,26 +187,30 @@ def _update(h: Any, x: Any) -> None:
 SEEDED_RUN_DIGEST = "4267008183c319af879c194a7d0fcb0b04415a918e80c029edda563c1f22a6ae"
 
 
-def seeded_run_digest(steps: int) -> str:
-    """Hash of observations, rewards, flags and ``info`` of a seeded run of random (mostly legal) actions."""
-    env = gym.make("EDO-v0")
-    rng = np.random.default_rng(123)
+def _run_digest(env: Any, steps: int, rng_seed: int, reset_seed: int, skip: tuple[str, ...] = ()) -> str:
+    """Hash of observations, rewards, flags and ``info`` (but the ``skip`` keys) of a seeded run of random (mostly
+    legal) actions, resetting at episode ends with a fresh seed half of the time."""
+    rng = np.random.default_rng(rng_seed)
     h = hashlib.sha256()
-    obs, info = env.reset(seed=7)
+    obs, info = env.reset(seed=reset_seed)
     _update(h, obs)
     _update(h, info)
     for _ in range(steps):
         legal = np.flatnonzero(info["action_mask"])
         action = int(rng.integers(env.action_space.n)) if rng.random() < 0.05 else int(legal[rng.integers(len(legal))])
         obs, reward, terminated, truncated, info = env.step(action)
-        # info["is_success"] came after the digest was recorded (it is checked in test_envs.py)
-        for x in (obs, reward, terminated, truncated, {k: v for k, v in info.items() if k != "is_success"}):
+        for x in (obs, reward, terminated, truncated, {k: v for k, v in info.items() if k not in skip}):
             _update(h, x)
         if terminated or truncated:
             obs, info = env.reset(seed=int(rng.integers(1 << 30)) if rng.random() < 0.5 else None)
             _update(h, obs)
             _update(h, info)
     return h.hexdigest()
+
+
+def seeded_run_digest(steps: int) -> str:
+    """:func:`_run_digest` of EDO-v0 (``info["is_success"]`` came after the digest was recorded; test_envs.py checks it)."""
+    return _run_digest(gym.make("EDO-v0"), steps, rng_seed=123, reset_seed=7, skip=("is_success",))
 
 
 def test_a_seeded_run_matches_its_stored_digest() -> None:
@@ -294,23 +298,10 @@ def full_run_digest(name: str) -> str:
         workers = env.unwrapped.workers
         workers[0].retriever = FailingRetriever(workers[0].retriever, "raise", rate=0.3, seed=1)
         workers[2].retriever = FailingRetriever(workers[2].retriever, "bad_ids", rate=0.3, seed=2)
-    rng = np.random.default_rng(321)
-    h = hashlib.sha256()
-    obs, info = env.reset(seed=17)
-    _update(h, obs)
-    _update(h, info)
-    for _ in range(steps):
-        legal = np.flatnonzero(info["action_mask"])
-        action = int(rng.integers(env.action_space.n)) if rng.random() < 0.05 else int(legal[rng.integers(len(legal))])
-        obs, reward, terminated, truncated, info = env.step(action)
-        for x in (obs, reward, terminated, truncated, info):
-            _update(h, x)
-        if terminated or truncated:
-            obs, info = env.reset(seed=int(rng.integers(1 << 30)) if rng.random() < 0.5 else None)
-            _update(h, obs)
-            _update(h, info)
-    env.close()
-    return h.hexdigest()
+    try:
+        return _run_digest(env, steps, rng_seed=321, reset_seed=17)
+    finally:
+        env.close()
 
 
 @pytest.mark.parametrize("name", list(DIGEST_RUNS))
