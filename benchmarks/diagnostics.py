@@ -9,6 +9,8 @@ studies (no seeds grid, no intervals over seeds):
   collapse to "submit at once".
 - ``memory``: train on EDO-v0 with a longer action history in the observation (``history_len``) and evaluate on the
   first 100 held-out tasks beside rule_based: whether memory closes the gap to the stateful rule_based policy.
+  ``--algo recurrent_ppo`` trains sb3-contrib's RecurrentPPO (an LSTM policy and critic, PPO's shared settings; it
+  cannot mask actions, so illegal ones are penalised as for stock PPO) instead: memory of the whole episode.
 
 Usage::
 
@@ -16,6 +18,7 @@ Usage::
     python benchmarks/diagnostics.py horizon --algo gigpo --hops 8 --min-hops 2 --families all --ent-coef 0.1
     python benchmarks/diagnostics.py horizon --algo gigpo --hops 8 --ent-coef 0.1 --set filter_on=success --set dynamic_sampling=true
     python benchmarks/diagnostics.py memory --algo maskable_ppo --history-len 16 --ent-coef 0.1
+    python benchmarks/diagnostics.py memory --algo recurrent_ppo --history-len 4 --ent-coef 0.1
 
 Results: ``benchmarks/results/diagnostics/<kind>-<algo>-<settings>-s<seed>.json`` (or ``--out-dir``); an existing
 file is not recomputed unless ``--force``.
@@ -75,16 +78,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         train_kwargs = eval_kwargs = {"history_len": args.history_len}
         timesteps, episodes = args.timesteps or 300_000, args.episodes or 100
     try:
-        cfg = TrainConfig(algo=args.algo, total_timesteps=timesteps, seed=args.seed, ent_coef=args.ent_coef, eval_episodes=0,
+        algo = "ppo" if args.algo == "recurrent_ppo" else args.algo  # RecurrentPPO takes PPO's settings
+        cfg = TrainConfig(algo=algo, total_timesteps=timesteps, seed=args.seed, ent_coef=args.ent_coef, eval_episodes=0,
                           progress_bar=False, env_kwargs=train_kwargs, output_dir=str(args.out_dir / "models"), **overrides)  # fmt: skip
     except (TypeError, ValueError) as e:
         raise SystemExit(f"bad training settings: {e}") from None
     t0 = time.perf_counter()
-    model, _ = train(cfg)
+    if args.algo == "recurrent_ppo":
+        model = _train_recurrent(cfg)
+    else:
+        model, _ = train(cfg)
     train_s = time.perf_counter() - t0
     env = make_eval_env("EDO-v0", **eval_kwargs)
     ids = heldout_task_ids(env, episodes)
-    learned = evaluate_model(model, env, ids, name=args.algo)
+    learned = (
+        _evaluate_recurrent(model, env, ids)
+        if args.algo == "recurrent_ppo"
+        else evaluate_model(model, env, ids, name=args.algo)
+    )
     heuristics = {n: evaluate_heuristic(make_heuristic(n), env, ids).as_dict() for n in ("rule_based", "static_pipeline")}
     return {
         "command": "python benchmarks/diagnostics.py " + " ".join(sys.argv[1:]),
@@ -102,10 +113,47 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _train_recurrent(cfg: Any) -> Any:
+    """sb3-contrib's RecurrentPPO with the settings ``make_algo`` gives PPO (same actor/critic sizes after the LSTM)."""
+    from sb3_contrib import RecurrentPPO
+
+    from baselines.training import make_train_env
+
+    env = make_train_env(cfg)
+    batch_size = min(cfg.batch_size or 64, cfg.n_steps * env.num_envs)
+    model = RecurrentPPO("MultiInputLstmPolicy", env, n_steps=cfg.n_steps, batch_size=batch_size, gamma=cfg.gamma,
+                         gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, vf_coef=cfg.vf_coef,
+                         learning_rate=cfg.learning_rate, n_epochs=cfg.n_epochs, ent_coef=cfg.ent_coef,
+                         max_grad_norm=cfg.max_grad_norm, seed=cfg.seed, device="cpu", verbose=0,
+                         policy_kwargs=dict(net_arch=dict(pi=list(cfg.net_arch), vf=list(cfg.net_arch))))  # fmt: skip
+    model.learn(cfg.total_timesteps)
+    env.close()
+    return model
+
+
+def _evaluate_recurrent(model: Any, env: Any, task_ids: Any) -> Any:
+    """``run_episodes`` with the LSTM state carried through each episode and reset at its start."""
+    import numpy as np
+
+    from baselines.evaluation import run_episodes
+
+    state: dict[str, Any] = {"lstm": None, "start": np.ones((1,), dtype=bool)}
+
+    def reset_hook(obs: Any, info: Any) -> None:
+        state["lstm"], state["start"] = None, np.ones((1,), dtype=bool)
+
+    def act(obs: Any, info: Any) -> int:
+        action, state["lstm"] = model.predict(obs, state=state["lstm"], episode_start=state["start"], deterministic=True)
+        state["start"] = np.zeros((1,), dtype=bool)
+        return int(np.asarray(action).reshape(()))
+
+    return run_episodes(env, act, task_ids, 0, "recurrent_ppo", reset_hook=reset_hook)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=("horizon", "memory"))
-    parser.add_argument("--algo", default="grpo", choices=("grpo", "gigpo", "ppo", "maskable_ppo"))
+    parser.add_argument("--algo", default="grpo", choices=("grpo", "gigpo", "ppo", "maskable_ppo", "recurrent_ppo"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ent-coef", type=float, default=0.01)
     parser.add_argument("--timesteps", type=int, default=None, help="default: 150k (horizon), 300k (memory)")

@@ -606,6 +606,31 @@ def test_diagnostics_horizon_one_tiny_run_its_file_and_bad_input(tmp_path):
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
+def test_diagnostics_recurrent_ppo_carries_its_lstm_state_through_each_episode(tmp_path):
+    from baselines.evaluation import heldout_task_ids, make_eval_env
+    from baselines.training import TrainConfig
+    from benchmarks.diagnostics import _evaluate_recurrent, _train_recurrent
+
+    cfg = TrainConfig(algo="ppo", total_timesteps=64, n_envs=2, n_steps=32, net_arch=(16,), eval_episodes=0,
+                      progress_bar=False, output_dir=str(tmp_path))  # fmt: skip
+    model = _train_recurrent(cfg)
+    assert type(model).__name__ == "RecurrentPPO" and model.num_timesteps >= 64
+    calls = []
+    predict = model.predict
+
+    def spy(obs, state=None, episode_start=None, deterministic=False):
+        calls.append((state is None, bool(episode_start[0])))
+        return predict(obs, state=state, episode_start=episode_start, deterministic=deterministic)
+
+    model.predict = spy
+    env = make_eval_env("EDO-v0")
+    result = _evaluate_recurrent(model, env, heldout_task_ids(env, 3))
+    assert result.episodes == 3 and result.policy == "recurrent_ppo"
+    starts = [i for i, (_, start) in enumerate(calls) if start]
+    assert len(starts) == 3 and starts[0] == 0  # one fresh start per episode
+    assert all(calls[i][0] for i in starts) and not any(no_state for no_state, start in calls if not start)
+
+
 def test_a_run_that_submits_at_once_counts_as_collapsed():
     """Submitting at once costs the planner's call at reset (1 call per episode): that is a collapse; a run that
     dispatches at least once on most episodes is not."""
