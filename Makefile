@@ -87,8 +87,9 @@ format: $(STAMP)
 validity: $(STAMP)  ## does EDO-v0 measure what it claims? probes vs oracle, causal ablations, leak AUCs (~5 min)
 	$(BIN)/python benchmarks/env_validity.py
 
-throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval latency
+throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval latency (default, then static encoder)
 	$(BIN)/python benchmarks/env_throughput.py
+	$(BIN)/python benchmarks/env_throughput.py --encoder static
 
 # The benchmark suite (benchmarks/run_suite.py; how it works: benchmarks/README.md): grpo_vs_ppo.py and the caveat
 # studies (benchmarks/study_*.py); <name>.json/.md/.png and suite.json/.md in the out dir. Resumable: every finished
