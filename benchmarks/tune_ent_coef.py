@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_lib import RunSpec  # noqa: E402
+from benchmarks.bench_lib import REPO, RunSpec  # noqa: E402
 from benchmarks.executors import RAY_MISSING, RETRIES, OnFailure, OnSuccess, init_ray, run_spec_dict  # noqa: E402
 from benchmarks.study import (  # noqa: E402
     Budget,
@@ -123,7 +123,9 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
             lines.append(
                 f"- {algo}: ent_coef {best[algo]['ent_coef']:g} (validation success {fmt_stats(best[algo]['success'])})."
             )
-    lines.append(f"- Use them: `python benchmarks/grpo_vs_ppo.py --ent-coef-from {cfg.out_dir / (cfg.name + '.json')}`.")
+    path = cfg.out_dir / (cfg.name + ".json")
+    shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    lines.append(f"- Use them: `python benchmarks/grpo_vs_ppo.py --ent-coef-from {shown}`.")
     if len(b.seeds) < 2:
         lines.append("- One seed per cell: the choice is noisy; differences of a few tasks are not evidence.")
     payload = {"settings": settings, "grid": grid, "best": best, "runs": runs.by_key()}
