@@ -152,3 +152,30 @@ def test_cli_trains_and_evaluates_with_the_static_encoder(tmp_path, capsys, stat
     assert json.loads(path.with_suffix(".json").read_text())["config"]["env_kwargs"] == {"retrieval": {"encoder": "static"}}
     assert main(["evaluate", str(path), "--episodes", "2", "--no-heuristics", "--retrieval-encoder", "static"]) == 0
     assert "| grpo |" in capsys.readouterr().out
+
+
+def test_a_damaged_static_model_is_distilled_again_with_a_warning(static_env, tmp_path, monkeypatch) -> None:
+    import shutil
+
+    import edo_gym.retrieval.static as static
+    from edo_gym.retrieval.cache import CacheWarning
+
+    good = static_env.service.embedders[0].directory
+    target = static.static_model_dir(tmp_path, static_env.service.embedders[0].model_id.split(":", 1)[1])
+    shutil.copytree(good, target)
+    (target / "model.safetensors").write_bytes(b"not a safetensors file")
+    rebuilt = []
+
+    def distil(base_path, directory):  # the real distillation is tested above; here: that a damaged file triggers it
+        rebuilt.append(directory)
+        shutil.rmtree(directory)
+        shutil.copytree(good, directory)
+
+    monkeypatch.setattr(static, "distill_static_model", distil)
+    with pytest.warns(CacheWarning, match="could not be loaded"):
+        again = StaticEmbedder("default", tmp_path)
+    assert rebuilt == [target]
+    assert np.array_equal(
+        again.encode_one("Who is the mentor of Mara Quell?"),
+        static_env.service.embedders[0].encode_one("Who is the mentor of Mara Quell?"),
+    )

@@ -21,12 +21,14 @@ import hashlib
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edo_gym.retrieval.cache import CacheWarning
 from edo_gym.retrieval.embedder import _INSTALL_HINT, EmbeddingModelNotFoundError, resolve_model
 
 #: Dimensions the distilled token vectors are reduced to (model2vec's default).
@@ -114,7 +116,13 @@ class StaticEmbedder:
         with _lock(directory.parent / f"{directory.name}.lock"):
             if not (directory / _MODEL_FILE).is_file():
                 distill_static_model(base_path, directory)
-        self.static = StaticModel.from_pretrained(str(directory))
+            try:
+                self.static = StaticModel.from_pretrained(str(directory))
+            except Exception as exc:  # a damaged file (the library raises several types): distil again, once
+                warnings.warn(f"the static model in {directory} could not be loaded ({exc}); distilling it again",
+                              CacheWarning, stacklevel=2)  # fmt: skip
+                distill_static_model(base_path, directory)
+                self.static = StaticModel.from_pretrained(str(directory))
         self.model_id = f"static-m2v-pca{PCA_DIMS}:{base_id}"
         self.directory = directory
         self.dim = int(self.static.dim)
