@@ -52,6 +52,16 @@ def test_a_bad_encoder_name_is_a_clear_error() -> None:
         RetrievalConfig(encoder="onnx")
 
 
+def test_without_model2vec_the_static_encoder_says_what_to_install(monkeypatch, tmp_path) -> None:
+    import sys
+
+    from edo_gym.retrieval.static import StaticModelUnavailableError
+
+    monkeypatch.setitem(sys.modules, "model2vec", None)  # as if not installed
+    with pytest.raises(StaticModelUnavailableError, match=r"edo-gym\[static\]"):
+        StaticEmbedder("default", tmp_path)
+
+
 def test_static_single_query_path_is_model2vec_encode_bit_for_bit(static_env) -> None:
     embedder = static_env.service.embedders[0]
     assert isinstance(embedder, StaticEmbedder) and embedder.model_id.startswith("static-m2v-pca256:")

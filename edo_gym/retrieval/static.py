@@ -78,7 +78,7 @@ def distill_static_model(base_path: str, target: Path) -> None:
     except ImportError as exc:
         raise StaticModelUnavailableError(
             f"retrieval.encoder='static' needs the model2vec package and its distillation requirements "
-            f"(`pip install model2vec skeletoken`): {exc}"
+            f'(`pip install "edo-gym[static]"`): {exc}'
         ) from exc
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
@@ -111,7 +111,9 @@ class StaticEmbedder:
             from model2vec import StaticModel
             from tokenizers import Tokenizer
         except ImportError as exc:
-            raise StaticModelUnavailableError(f"retrieval.encoder='static' needs the model2vec package: {exc}") from exc
+            raise StaticModelUnavailableError(
+                f"retrieval.encoder='static' needs the model2vec package (`pip install \"edo-gym[static]\"`): {exc}"
+            ) from exc
         directory = static_model_dir(Path(cache_root), base_id)
         with _lock(directory.parent / f"{directory.name}.lock"):
             if not (directory / _MODEL_FILE).is_file():
