@@ -192,6 +192,7 @@ class EDOEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.n_actions)
         self.observation_space = O.observation_space(cfg, self.n_actions)
         self.action_names = self._action_names()
+        self._decoded = [self.decode_action(a) for a in range(self.n_actions)]  # ``decode_action`` of each action
         self.step_limit = cfg.step_limit
         self.token_budget = cfg.episode_token_budget
         self._worker_static = O.worker_static_features(cfg, [len(s) for s in shard_indices], len(self.doc_texts))
@@ -508,7 +509,7 @@ class EDOEnv(gym.Env):
             event = "illegal"
             self.trace.append(("illegal", a, self.action_names[a]))
         else:
-            kind, w, retrieve = self.decode_action(a)
+            kind, w, retrieve = self._decoded[a]
             event = kind
             step_cost: CallCost | None = None
             price = 1.0
@@ -732,9 +733,13 @@ class EDOEnv(gym.Env):
         self._workers_obs[w, O.W_CALLS + column] = min(1.0, value * self._count_scale)
 
     def _touch(self, i: int) -> None:
-        """Step ``i``'s result changed: its row and the rows of the steps that read it are recomputed."""
+        """Step ``i``'s result changed: its row is recomputed, and in the rows of the steps that read it the one cell
+        that depends on it, the inputs-ready flag, is set as ``_subtask_row`` would (they have inputs, so it is 1.0
+        when all their inputs have a result, else the static row's 0.0). Call it after the change."""
         self._dirty_rows.add(i)
-        self._dirty_rows.update(self._dependents[i])
+        results, rows, deps = self.results, self._sub_rows, self._deps
+        for j in self._dependents[i]:
+            rows[j, O.C_DEPS] = 1.0 if all(results[d] is not None for d in deps[j]) else 0.0
 
     def _subtask_row(self, i: int) -> None:
         """Recompute row ``i`` of the subtask table (all but the current-step marker) from the static row."""
