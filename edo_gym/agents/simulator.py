@@ -135,6 +135,10 @@ class SimulatedBackend:
         self.calls = 0
         #: Per task text: its gold plan steps (as dicts) and the JSON reply of that plan unaltered (memoised).
         self._gold_plans: dict[str, tuple[tuple[dict, ...], str]] = {}
+        #: ``_matches`` by ``(relation, subject, documents)`` (see ``_read_fact``).
+        self._matches: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = {}
+        #: The JSON replies of corrupted plans by the fields of their steps that ``_render`` reads (see ``_plan_json``).
+        self._plan_texts: dict[tuple, str] = {}
 
     # -- protocol -------------------------------------------------------------------------------------------------
     def cache_identity(self, request: LLMRequest) -> tuple[str, dict]:
@@ -204,18 +208,18 @@ class SimulatedBackend:
         self, spec: WorkerSpec, relation: str, subject: str, documents: Sequence[str], rng: RNG, penalty: float
     ) -> tuple[str, str] | None:
         """``(value, source)`` of ``relation`` for ``subject`` read off ``documents`` or remembered, or ``None``."""
-        target = normalize(subject)
-        exact: list[tuple[int, str]] = []
-        near: list[tuple[int, str]] = []
-        for rank, text in enumerate(documents):
-            fact = parse_document(text)
-            if fact is None or fact[1] != relation:
-                continue
-            name = normalize(fact[0])
-            if name == target:
-                exact.append((rank, fact[2]))
-            elif similarity(name, target) >= NEAR_DUPLICATE:
-                near.append((rank, fact[2]))
+        if not documents:
+            exact, near = _NO_MATCHES
+        elif type(documents) is tuple:  # a request's documents: the matches are memoised (no draw depends on them)
+            key = (relation, subject, documents)
+            matches = self._matches.get(key)
+            if matches is None:
+                if len(self._matches) >= MATCH_MEMO_SIZE:
+                    self._matches.clear()
+                matches = self._matches[key] = _matches(relation, subject, documents)
+            exact, near = matches
+        else:
+            exact, near = _matches(relation, subject, documents)
         skill = spec.lookup_skill(RELATIONS[relation].domain) - penalty
         if exact:
             rank, value = exact[0]
@@ -299,10 +303,22 @@ class SimulatedBackend:
         faithful = error in (None, "mislabel")
         mean = cfg.confidence_mean_faithful if faithful else cfg.confidence_mean_unfaithful
         confidence = float(min(1.0, max(0.0, rng.normal(mean, cfg.confidence_sd))))
-        text = gold[1] if error is None else plan_to_json([_render(s) for s in steps])
+        text = gold[1] if error is None else self._plan_json(steps)
         if request.instruction == PLAN_INSTRUCTION and rng.random() < cfg.malformed_rate:
             text = "Here is the plan:\n" + text[: len(text) // 2]  # cut off mid-JSON
         return LLMResponse(text, confidence=confidence)
+
+    def _plan_json(self, steps: list[dict]) -> str:
+        """``plan_to_json([_render(s) for s in steps])``, memoised by the fields ``_render`` reads."""
+        key = tuple(
+            [(s["kind"], s["label"], s["label_domain"], s["relations"], s["op"], s["deps"], s["literal"]) for s in steps]
+        )
+        text = self._plan_texts.get(key)
+        if text is None:
+            if len(self._plan_texts) >= PLAN_TEXT_MEMO_SIZE:
+                self._plan_texts.clear()
+            text = self._plan_texts[key] = plan_to_json([_render(s) for s in steps])
+        return text
 
     def _corrupt(self, steps: list[dict], error: str, rng: RNG) -> tuple[list[dict], str]:
         n = len(steps)
@@ -359,6 +375,34 @@ class SimulatedBackend:
             domain = {"compute": "sales", "write": "policies"}.get(label, s["domain"])
         steps[j] = {**s, "label": label, "label_domain": domain}
         return steps, "mislabel"
+
+
+#: No exact and no near-duplicate match (``_matches`` of no documents).
+_NO_MATCHES: tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]] = ((), ())
+#: Most ``(relation, subject, documents)`` keys ``SimulatedBackend`` memoises the matches of (then it starts afresh).
+MATCH_MEMO_SIZE = 100_000
+#: Most corrupted plans ``SimulatedBackend`` memoises the JSON reply of (then it starts afresh).
+PLAN_TEXT_MEMO_SIZE = 50_000
+
+
+def _matches(
+    relation: str, subject: str, documents: Sequence[str]
+) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]:
+    """``(exact, near)``: ``(rank, value)`` of each document stating ``relation`` of ``subject`` (exact: the same
+    normalised name; near: a near-duplicate name, similarity >= ``NEAR_DUPLICATE``), in rank order."""
+    target = normalize(subject)
+    exact: list[tuple[int, str]] = []
+    near: list[tuple[int, str]] = []
+    for rank, text in enumerate(documents):
+        fact = parse_document(text)
+        if fact is None or fact[1] != relation:
+            continue
+        name = normalize(fact[0])
+        if name == target:
+            exact.append((rank, fact[2]))
+        elif similarity(name, target) >= NEAR_DUPLICATE:
+            near.append((rank, fact[2]))
+    return tuple(exact), tuple(near)
 
 
 # -- plan construction helpers (gold steps as dicts, then rendered as the planner's JSON) ----------------------------

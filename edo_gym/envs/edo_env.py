@@ -86,12 +86,13 @@ def _task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
 @functools.lru_cache(maxsize=20_000)
 def _plan_tables(
     steps: tuple[PlanStep, ...], max_subtasks: int
-) -> tuple[str, list[tuple[int, ...]], list[list[int]], np.ndarray, list[tuple[int, ...]]]:
-    """What only depends on a plan's steps (memoised; the array is read-only): the plan signature of the anchor key,
-    each step's inputs, each step's readers (the steps that use its answer), the static subtask table, and the
-    placeholders of each step's instruction.
+) -> tuple[str, list[tuple[int, ...]], list[list[int]], np.ndarray, list[tuple[int, ...]], np.ndarray]:
+    """What only depends on a plan's steps (memoised; the arrays are read-only): the plan signature of the anchor key,
+    each step's inputs, each step's readers (the steps that use its answer), the static subtask table, the
+    placeholders of each step's instruction, and the subtask table of the fresh plan (no result, verdict or attempt
+    yet: the static table with the inputs-ready flag of the steps without inputs, as ``EDOEnv._subtask_row`` gives).
 
-    About 1.5 kB per plan, so at most ~30 MB when full."""
+    About 2.5 kB per plan, so at most ~50 MB when full."""
     sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in steps)
     deps = [s.deps for s in steps]
     dependents = [[j for j, s in enumerate(steps) if i in s.deps] for i in range(len(steps))]
@@ -101,9 +102,33 @@ def _plan_tables(
         sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
         sub[i, O.C_PRESENT] = 1.0
         sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
+    fresh = sub.copy()
+    for i, step in enumerate(steps):
+        if not step.deps:
+            fresh[i, O.C_DEPS] = 1.0
     sub.setflags(write=False)
+    fresh.setflags(write=False)
     holes = [tuple(placeholders(s.instruction)) for s in steps]
-    return sig, deps, dependents, sub, holes
+    return sig, deps, dependents, sub, holes, fresh
+
+
+#: ``_plan_tables`` by the identity of a steps tuple, which is kept alive as the entry's first item (so its ``id`` is not
+#: reused while the entry lives): ``parse_plan`` returns the same tuple for the same reply, and this skips hashing its
+#: steps (a generated dataclass ``__hash__`` per step) for the lru cache. Cleared when it reaches ``_TABLES_BY_ID_SIZE``.
+_TABLES_BY_ID: dict[int, tuple[tuple[PlanStep, ...], int, tuple]] = {}
+_TABLES_BY_ID_SIZE = 20_000
+
+
+def _plan_tables_of(steps: tuple[PlanStep, ...], max_subtasks: int) -> tuple:
+    """``_plan_tables(steps, max_subtasks)``, looked up by the identity of ``steps`` first."""
+    entry = _TABLES_BY_ID.get(id(steps))
+    if entry is not None and entry[0] is steps and entry[1] == max_subtasks:
+        return entry[2]
+    tables = _plan_tables(steps, max_subtasks)
+    if len(_TABLES_BY_ID) >= _TABLES_BY_ID_SIZE:
+        _TABLES_BY_ID.clear()
+    _TABLES_BY_ID[id(steps)] = (steps, max_subtasks, tables)
+    return tables
 
 
 class EDOEnv(gym.Env):
@@ -167,6 +192,7 @@ class EDOEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(self.n_actions)
         self.observation_space = O.observation_space(cfg, self.n_actions)
         self.action_names = self._action_names()
+        self._decoded = [self.decode_action(a) for a in range(self.n_actions)]  # ``decode_action`` of each action
         self.step_limit = cfg.step_limit
         self.token_budget = cfg.episode_token_budget
         self._worker_static = O.worker_static_features(cfg, [len(s) for s in shard_indices], len(self.doc_texts))
@@ -361,16 +387,17 @@ class EDOEnv(gym.Env):
         self.attempts = [0] * n
         self.done_stack: list[int] = []
         self._truth: list[StepTruth] | None = None
-        self._plan_sig, self._deps, self._dependents, self._sub_static, self._holes = _plan_tables(
+        self._plan_sig, self._deps, self._dependents, self._sub_static, self._holes, fresh = _plan_tables_of(
             plan.steps, self._max_subtasks
         )
         # the subtask table without the current-step marker, kept up to date row by row: a row is recomputed only
-        # when its step's result, verdicts or attempts (or a result it reads) changed (see ``_touch``)
-        self._sub_rows = self._sub_static.copy()
+        # when its step's result, verdicts or attempts (or a result it reads) changed (see ``_touch``); it starts as
+        # the fresh plan's table (what ``_subtask_row`` gives for every row before anything is done)
+        self._sub_rows = fresh.copy()
         # running checksums of the anchor key's constant prefix (task and plan); each step continues them
         prefix = f"{self.task_id}\x1e{self._plan_sig}\x1e".encode()
         self._anchor_prefix = (zlib.crc32(prefix), zlib.adler32(prefix))
-        self._dirty_rows: set[int] = set(range(n))
+        self._dirty_rows: set[int] = set()
         # per step, its part of the anchor key's status: result given ("0"/"1"), first letter of the latest verdict
         self._status = ["0-"] * n
         head = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
@@ -482,7 +509,7 @@ class EDOEnv(gym.Env):
             event = "illegal"
             self.trace.append(("illegal", a, self.action_names[a]))
         else:
-            kind, w, retrieve = self.decode_action(a)
+            kind, w, retrieve = self._decoded[a]
             event = kind
             step_cost: CallCost | None = None
             price = 1.0
@@ -706,9 +733,13 @@ class EDOEnv(gym.Env):
         self._workers_obs[w, O.W_CALLS + column] = min(1.0, value * self._count_scale)
 
     def _touch(self, i: int) -> None:
-        """Step ``i``'s result changed: its row and the rows of the steps that read it are recomputed."""
+        """Step ``i``'s result changed: its row is recomputed, and in the rows of the steps that read it the one cell
+        that depends on it, the inputs-ready flag, is set as ``_subtask_row`` would (they have inputs, so it is 1.0
+        when all their inputs have a result, else the static row's 0.0). Call it after the change."""
         self._dirty_rows.add(i)
-        self._dirty_rows.update(self._dependents[i])
+        results, rows, deps = self.results, self._sub_rows, self._deps
+        for j in self._dependents[i]:
+            rows[j, O.C_DEPS] = 1.0 if all(results[d] is not None for d in deps[j]) else 0.0
 
     def _subtask_row(self, i: int) -> None:
         """Recompute row ``i`` of the subtask table (all but the current-step marker) from the static row."""
