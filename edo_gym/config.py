@@ -341,7 +341,8 @@ class RetrievalConfig:
     #: Embed the canonical queries and the task texts a reference batch at a time, when a step first needs one
     #: of its texts, instead of all of them at start-up (the corpus is always embedded at start-up). Exact: each
     #: text gets the vector of the one-go build bit for bit (each batch is sentence-transformers' own batch of the
-    #: whole list; tested); a list is written to the disk cache once complete, batches before that.
+    #: whole list; tested); a list is written to the disk cache once complete, batches before that. Ignored with
+    #: ``encoder="static"``, which builds every list at once (in milliseconds).
     lazy_embeddings: bool = True
     #: Keep the query vectors and token counts computed at run time in an on-disk SQLite cache next to the
     #: embedding cache, so later processes read them instead of running the model (exact: the model's own value

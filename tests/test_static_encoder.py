@@ -62,6 +62,22 @@ def test_without_model2vec_the_static_encoder_says_what_to_install(monkeypatch, 
         StaticEmbedder("default", tmp_path)
 
 
+def test_static_mode_builds_every_list_at_start(static_env, tmp_path) -> None:
+    import shutil
+
+    # an empty embedding cache but for the distilled model (copied, not distilled again)
+    model_dir = static_env.service.embedders[0].directory
+    shutil.copytree(model_dir, tmp_path / model_dir.relative_to(static_env.service.cache.directory))
+    env = gym.make("EDO-v0", retrieval={"encoder": "static", "cache_dir": str(tmp_path)})
+    try:
+        env.reset(seed=0)
+        service = env.unwrapped.service
+        assert not service.lazy and service._lazy and all(lazy.complete for lazy in service._lazy.values())
+        assert service.encoders[0].lazy_canonical.complete  # so presearch can run at the first search
+    finally:
+        env.close()
+
+
 def test_static_single_query_path_is_model2vec_encode_bit_for_bit(static_env) -> None:
     embedder = static_env.service.embedders[0]
     assert isinstance(embedder, StaticEmbedder) and embedder.model_id.startswith("static-m2v-pca256:")

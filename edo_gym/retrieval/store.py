@@ -487,7 +487,10 @@ class RetrievalService:
             raise ValueError(f"extra_texts kinds must not be 'corpus' or 'queries', got {sorted(extra)}")
         use_runtime = config.runtime_cache and config.encoder == "transformer"
         self.runtime = RuntimeCache(self.cache.directory, self.model_id, embedder.dim) if use_runtime else None
-        if config.lazy_embeddings:
+        # a static encoder embeds every list in milliseconds: build them all now (lazy batches would only delay
+        # presearch, which waits for the complete list of canonical queries)
+        self.lazy = config.lazy_embeddings and config.encoder == "transformer"
+        if self.lazy:
             # the corpus now (every shard index needs it); queries and task texts a batch at a time when first used
             vectors = self.cache.load_or_build_many(self.model_id, {"corpus": docs}, self._build_embeddings)
             vectors.update(
@@ -680,7 +683,11 @@ class RetrievalService:
         """Embeddings of a fixed list of texts (e.g. the task pool), built a batch at a time when first used."""
         lazy = self._lazy.get(_texts_key(kind, texts))
         if lazy is None:
-            lazy = self._lazy_vectors(kind, texts, self.cache.load(kind, self.model_id, texts))
+            if self.lazy:
+                vectors = self.cache.load(kind, self.model_id, texts)
+            else:
+                vectors = self.cache.load_or_build_many(self.model_id, {kind: texts}, self._build_embeddings)[kind]
+            lazy = self._lazy_vectors(kind, texts, vectors)
         return lazy
 
     def embed_texts(self, kind: str, texts: list[str]) -> np.ndarray:
