@@ -326,9 +326,7 @@ class Embedder:
             return []
         counter = self._token_counter()
         if counter is not None:
-            if len(texts) == 1:
-                return [len(counter.encode(texts[0], add_special_tokens=False).ids)]
-            return [len(e.ids) for e in counter.encode_batch(list(texts), add_special_tokens=False)]
+            return count_with(counter, texts)
         # verbose=False: counting a text longer than the model's window is what we want here, not a warning
         encoded = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]
@@ -353,6 +351,13 @@ class Embedder:
                     counter = None
             self._counter = counter
         return self._counter
+
+
+def count_with(counter: Any, texts: Sequence[str]) -> list[int]:
+    """Token count of each text under ``counter`` (a ``tokenizers.Tokenizer``), special tokens excluded."""
+    if len(texts) == 1:
+        return [len(counter.encode(texts[0], add_special_tokens=False).ids)]
+    return [len(e.ids) for e in counter.encode_batch(list(texts), add_special_tokens=False)]
 
 
 def space_decomposable(counter: Any) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from edo_gym.retrieval.cache import CacheWarning
-from edo_gym.retrieval.embedder import _INSTALL_HINT, EmbeddingModelNotFoundError, resolve_model
+from edo_gym.retrieval.embedder import _INSTALL_HINT, EmbeddingModelNotFoundError, count_with, resolve_model
 
 #: Dimensions the distilled token vectors are reduced to (model2vec's default).
 PCA_DIMS = 256
@@ -180,8 +180,4 @@ class StaticEmbedder:
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Token count of each text under the base model's tokenizer (special tokens excluded)."""
-        if not texts:
-            return []
-        if len(texts) == 1:
-            return [len(self._counter.encode(texts[0], add_special_tokens=False).ids)]
-        return [len(e.ids) for e in self._counter.encode_batch(list(texts), add_special_tokens=False)]
+        return count_with(self._counter, texts) if texts else []
