@@ -338,6 +338,12 @@ class RetrievalConfig:
     #: one batched chromadb query and memoise the results, instead of one query each at first use. Exact: the same
     #: results as one query at a time (tested); it moves the first steps' many single searches into one batch.
     presearch: bool = True
+    #: Build each worker's shard index (starting chromadb) and run its presearch at the env's first ``reset()``, so
+    #: that the first steps run at the warm rate; ``False`` builds them at the first search instead. Either way the
+    #: same indexes and the same results (exact). ``False`` keeps chromadb out of a process that resets an env but
+    #: never steps it, which matters only if that process then forks env workers (a process forked after chromadb
+    #: started searches exactly in numpy instead; see :mod:`edo_gym.retrieval.store`).
+    index_at_reset: bool = True
     #: Embed the canonical queries and the task texts a reference batch at a time, when a step first needs one
     #: of its texts, instead of all of them at start-up (the corpus is always embedded at start-up). Exact: each
     #: text gets the vector of the one-go build bit for bit (each batch is sentence-transformers' own batch of the
@@ -371,6 +377,7 @@ class RetrievalConfig:
         _check_float(owner, "latency_s", self.latency_s, 0.0, 60.0)
         _check_choice(owner, "ablation", self.ablation, RETRIEVAL_ABLATIONS)
         _check_type(owner, "presearch", self.presearch, bool)
+        _check_type(owner, "index_at_reset", self.index_at_reset, bool)
         _check_type(owner, "lazy_embeddings", self.lazy_embeddings, bool)
         _check_type(owner, "runtime_cache", self.runtime_cache, bool)
         _check_choice(owner, "encoder", self.encoder, RETRIEVAL_ENCODERS)

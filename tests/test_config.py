@@ -74,6 +74,7 @@ WRONG_TYPES = [
     ({"enable_verify": 1}, "EDOConfig.enable_verify"),
     ({"tasks_families": "support"}, "TaskConfig.families"),
     ({"retrieval_cache_dir": 5}, "RetrievalConfig.cache_dir"),
+    ({"retrieval_index_at_reset": 1}, "RetrievalConfig.index_at_reset"),
     ({"tasks": 3}, "tasks must be a TaskConfig or a dict"),
     ({"reward": [("token_weight", 0.1)]}, "reward must be a RewardConfig or a dict"),
     ({"workers": "support_agent"}, "workers must be a list"),

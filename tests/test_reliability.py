@@ -647,8 +647,8 @@ def test_chromadb_error_in_a_real_shard_retriever():
 
 
 def test_a_shard_collection_that_cannot_be_built_is_retried_at_the_next_search():
-    """In-memory collections are built at the first search; a build that fails is a fallback, and is tried again."""
-    env, _ = make_env(retrieval_decider="worker")
+    """Built at the first search (``index_at_reset=False``), a build that fails is a fallback, and is tried again."""
+    env, _ = make_env(retrieval_decider="worker", retrieval={"index_at_reset": False})
     real = env.workers[0].retriever
     builds = []
 
@@ -656,7 +656,7 @@ def test_a_shard_collection_that_cannot_be_built_is_retried_at_the_next_search()
         builds.append(1)
         if len(builds) == 1:
             raise chromadb.errors.InternalError("could not create collection: database is locked")
-        return real.collection if real.collection is not None else real.factory()
+        return real._collection()  # built once, kept by the real retriever too
 
     lazy = ShardRetriever(None, real.encoder, real.domains, 16, factory=flaky_build, size=real.size)
     lazy.vectors = real.vectors
@@ -666,6 +666,30 @@ def test_a_shard_collection_that_cannot_be_built_is_retried_at_the_next_search()
     assert info["retrieval_fallback"] and "database is locked" in env.trace[-1][3].retrieval_error
     assert lazy.collection is None and len(builds) == 1
     env.step(env.A_ROLLBACK)
+    _, _, _, _, info = env.step(0)
+    rec = env.trace[-1][3]
+    assert not info["retrieval_fallback"] and len(builds) == 2 and lazy.collection is not None
+    assert rec.retrieved == real.search(rec.instruction, env.config.workers[0].top_k)
+
+
+def test_a_shard_collection_that_cannot_be_built_at_reset_warns_and_is_built_at_the_first_search():
+    """Built at the first reset (the default), a build that fails there warns, and the first search builds it."""
+    env, _ = make_env(retrieval_decider="worker")
+    real = env.workers[0].retriever
+    builds = []
+
+    def flaky_build():
+        builds.append(1)
+        if len(builds) == 1:
+            raise chromadb.errors.InternalError("could not create collection: database is locked")
+        return real._collection()  # built once, kept by the real retriever too
+
+    lazy = ShardRetriever(None, real.encoder, real.domains, 16, factory=flaky_build, size=real.size)
+    lazy.vectors = real.vectors
+    env.workers[0].retriever = lazy
+    with pytest.warns(RuntimeWarning, match=r"worker 0 \(support_agent\) at reset: InternalError: .*database is locked"):
+        env.reset(seed=0, options={"task_id": TASK_ID})
+    assert lazy.collection is None and len(builds) == 1
     _, _, _, _, info = env.step(0)
     rec = env.trace[-1][3]
     assert not info["retrieval_fallback"] and len(builds) == 2 and lazy.collection is not None

@@ -4,8 +4,10 @@
   sentence-transformers' own ``encode`` vectors bit for bit, with one thread or several, and with ``singles`` the
   vector each text gets when embedded alone (what a query met at step time gets);
 - the Rust token counter gives the Python tokenizer's counts;
-- same seeds and actions give the same observations, rewards and infos with presearch on or off, with a cold
-  embedding cache (built here, in threads) or a warm one, and with the memo caches warm or empty.
+- same seeds and actions give the same observations, rewards and infos with presearch on or off, with the indexes
+  built at the first reset or at the first search, with a cold embedding cache (built here, in threads) or a warm
+  one, and with the memo caches warm or empty;
+- ``RetrievalConfig.index_at_reset`` builds every worker's index and presearches its ``top_k`` at the first reset.
 """
 
 from __future__ import annotations
@@ -102,14 +104,15 @@ def _assert_same(a: list[Any], b: list[Any], name: str) -> None:
 
 
 def test_exact_speed_options_leave_trajectories_unchanged(tmp_path, small_world_kwargs, monkeypatch):
-    """Same seeds and actions, same rewards and observations: presearch on/off, cold cache built in two threads or
-    warm cache, memo caches warm (a second pass) or empty."""
+    """Same seeds and actions, same rewards and observations: presearch on/off, indexes built at the first reset or
+    at the first search, cold cache built in two threads or warm cache, memo caches warm (a second pass) or empty."""
     steps = 600
     monkeypatch.setenv("EDO_GYM_EMBED_THREADS", "2")
     runs: dict[str, list[Any]] = {}
     variants = {
         "default": {},
         "no presearch": {"retrieval": {"presearch": False}},
+        "indexes at the first search": {"retrieval": {"index_at_reset": False}},
         "cold cache": {"retrieval": {"cache_dir": str(tmp_path / "cold")}},
         "cold cache, no presearch": {"retrieval": {"cache_dir": str(tmp_path / "cold2"), "presearch": False}},
     }
@@ -130,3 +133,28 @@ def test_exact_speed_options_leave_trajectories_unchanged(tmp_path, small_world_
     for path in cold_files:
         with np.load(path) as cold, np.load(default_cache_dir() / path.name) as warm:
             assert np.array_equal(cold["vectors"], warm["vectors"]), path.name
+
+
+@pytest.mark.parametrize("at_reset", [True, False])
+def test_indexes_are_built_and_presearched_at_the_first_reset(small_world_kwargs, at_reset):
+    """With ``index_at_reset`` (the default) the first ``reset()`` builds each worker's chromadb collection and
+    presearches its ``top_k``, so no step pays for them; with ``False`` nothing is built before the first search."""
+    # a result_cache_size of its own: a service (and its collections) of its own, not one an earlier test searched
+    retrieval = {"index_at_reset": at_reset, "result_cache_size": 40_001 + at_reset}
+    env = gym.make("EDO-v0", **small_world_kwargs, retrieval=retrieval)
+    try:
+        base = env.unwrapped
+        retrievers = [w.retriever for w in base.workers]
+        assert all(r.collection is None for r in retrievers)  # make() builds no index
+        base.reset(seed=0)
+        if at_reset:
+            for w, r in zip(base.workers, retrievers, strict=True):
+                assert r.collection is not None and w.spec.top_k in r.presearched, w.spec.name
+                assert r.presearches > 0
+        else:
+            assert all(r.collection is None and not r.presearched for r in retrievers)
+        searches = [r.searches for r in retrievers]
+        base.reset(seed=1)  # later resets build nothing more
+        assert [r.searches for r in retrievers] == searches
+    finally:
+        env.close()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 import zlib
 from collections import deque
 from typing import Any
@@ -206,6 +207,7 @@ class EDOEnv(gym.Env):
         #: Action masks by the state they depend on (see ``_mask``): read-only arrays and their values as a list.
         self._mask_memo: dict[tuple, tuple[np.ndarray, list[float]]] = {}
         self._started = False
+        self._retrieval_prepared = False
         self._ended = False
         self._gold_docs: dict[tuple[str, str], int] | None = None
         self._pending = CallCost()  # charged on the next step: the planner at reset, an outside policy's decisions
@@ -286,6 +288,8 @@ class EDOEnv(gym.Env):
             if not 0 <= task_id < self.num_tasks:
                 raise ValueError(f"options['task_id'] must be in [0, {self.num_tasks - 1}], got {task_id}")
             task_id = int(task_id)
+        if not self._retrieval_prepared:
+            self._prepare_retrieval()
         self.task_id = task_id
         self.task: Task = self.pool.tasks[int(self.pool.ids[task_id])]
         self._task_obs = self._task_row(self.task.task_id)
@@ -330,6 +334,29 @@ class EDOEnv(gym.Env):
         if self.config.info_text:
             info["text"] = self.state_text()
         return obs, info
+
+    def _prepare_retrieval(self) -> None:
+        """At the first reset (``RetrievalConfig.index_at_reset``): build each worker's shard index and presearch its
+        canonical queries for the worker's ``top_k`` now rather than at its first search. Draws nothing from any RNG.
+        A retriever that fails here is left as it is, with a ``RuntimeWarning``: its first search tries again, and a
+        failure there is a retrieval fallback in ``info``, as without this step."""
+        self._retrieval_prepared = True
+        retrieval = self.config.retrieval
+        if not retrieval.index_at_reset or retrieval.ablation != "none":
+            return
+        for worker in self.workers:
+            prepare = getattr(worker.retriever, "prepare", None)  # optional: a stand-in retriever needs only search()
+            if prepare is None:
+                continue
+            try:
+                prepare(worker.spec.top_k)
+            except Exception as exc:  # chromadb raises many types; the first search tries again
+                warnings.warn(
+                    f"could not build the retrieval index of worker {worker.index} ({worker.spec.name}) at reset: "
+                    f"{type(exc).__name__}: {exc}; it is built at the worker's first search instead",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
 
     def _charge_pending(self, cost: CallCost, price: float) -> None:
         self._pending.prompt_tokens += cost.prompt_tokens

@@ -311,6 +311,15 @@ class ShardRetriever:
         self.memo.put(key, ids)
         return ids
 
+    def prepare(self, k: int) -> None:
+        """Build the index now (if it is built lazily) and, with presearch on, presearch the canonical queries for
+        ``k``: what the first :meth:`search` with ``k`` would do, done ahead of it. Results are unchanged."""
+        if self.size == 0:
+            return
+        self._collection()
+        if self.presearched is not None and k not in self.presearched:
+            self._presearch(k)
+
     def _collection(self) -> Any:
         if self.collection is None:
             assert self.factory is not None
