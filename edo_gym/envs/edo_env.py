@@ -203,6 +203,7 @@ class EDOEnv(gym.Env):
         self._replan_limit = cfg.max_replans if cfg.enable_replan else 0  # replan is legal while replans < this
         self._replan_scale = max(1, cfg.max_replans)
         self._latency_budget_s = cfg.latency_budget_s
+        self._budget_buf = np.zeros(O.BUDGET_FEATURES, dtype=np.float32)  # filled by ``_observation``, then copied
         #: Action masks by the state they depend on (see ``_mask``): read-only arrays and their values as a list.
         self._mask_memo: dict[tuple, tuple[np.ndarray, list[float]]] = {}
         self._started = False
@@ -309,7 +310,7 @@ class EDOEnv(gym.Env):
         )
         # the worker table of the observation; ``_count`` updates its cell with each count
         self._workers_obs = self._worker_static.copy()
-        self._count_scale = np.float32(1.0 / float(self.step_limit))
+        self._count_scale = float(np.float32(1.0 / float(self.step_limit)))  # a float32 value, as a Python float
         self.history: deque[int] = deque(maxlen=max(self.config.history_len, 1))
         # the observation's one-hot of the last actions, most recent first; ``step`` shifts it (see ``_observation``)
         self._hist_obs = np.zeros((self._history_len, self.n_actions), dtype=np.float32) if self._history_len > 0 else None
@@ -554,20 +555,19 @@ class EDOEnv(gym.Env):
         self.calls += calls
         self.latency_s += latency
         rw = cfg.reward
-        terms = {
-            "success": float(score),
-            "tokens": -rw.token_weight * priced / 1000.0,
-            "calls": -rw.call_weight * calls,
-            "latency": -rw.latency_weight * latency,
-            "illegal": -penalty,
-        }
+        t_success = float(score)
+        t_tokens = -rw.token_weight * priced / 1000.0
+        t_calls = -rw.call_weight * calls
+        t_latency = -rw.latency_weight * latency
+        t_illegal = -penalty
+        terms = {"success": t_success, "tokens": t_tokens, "calls": t_calls, "latency": t_latency, "illegal": t_illegal}
         if not terminated and self.tokens > self.token_budget:
             terminated = True
             self.budget_exhausted = True
             self.trace.append(("budget", self.tokens))
         truncated = not terminated and self.steps >= self.step_limit
         self._ended = terminated or truncated
-        reward = float(terms["success"] + terms["tokens"] + terms["calls"] + terms["latency"] + terms["illegal"])
+        reward = float(t_success + t_tokens + t_calls + t_latency + t_illegal)
         obs = self._observation()
         info: dict[str, Any] = {
             "action_mask": obs["action_mask"].copy(),
@@ -728,9 +728,16 @@ class EDOEnv(gym.Env):
     def _count(self, w: int, column: int) -> None:
         """Add one to worker ``w``'s count ``column`` (calls, abstentions, flagged, confirmed, verifications) and to its
         observation cell, ``min(1, count / step limit)`` in float32 (as ``np.minimum(counts * (1 / limit), 1)``)."""
-        value = self._worker_counts[w, column] + np.float32(1.0)
-        self._worker_counts[w, column] = value
-        self._workers_obs[w, O.W_CALLS + column] = min(1.0, value * self._count_scale)
+        counts = self._worker_counts
+        # in Python floats, with the same results: a float32 count plus one is exact up to 2**24 (beyond, it is rounded
+        # as the float32 sum is), and the product of two float32 values is exact in a double, so rounding it to float32
+        # when stored gives the float32 product (clipping before or after that rounding gives the same cell)
+        value = counts.item(w, column) + 1.0
+        if value > 16777216.0:
+            value = float(np.float32(value))
+        counts[w, column] = value
+        v = value * self._count_scale
+        self._workers_obs[w, O.W_CALLS + column] = v if v < 1.0 else 1.0
 
     def _touch(self, i: int) -> None:
         """Step ``i``'s result changed: its row is recomputed, and in the rows of the steps that read it the one cell
@@ -791,17 +798,21 @@ class EDOEnv(gym.Env):
             v = self.verdicts[last]
             if v:
                 plan[O.P_LAST_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
+        # each value clipped to 1 (``v if v < 1.0 else 1.0`` is ``min(1.0, v)``, NaN included), written into a buffer
+        # that is then copied: cheaper than a new array from a list
         lim = float(self.step_limit)
-        budget = np.array(
-            [
-                min(1.0, self.tokens / self.token_budget),
-                min(1.0, self.calls / lim),
-                min(1.0, self.latency_s / self._latency_budget_s),
-                min(1.0, self.steps / lim),
-                min(1.0, self.illegal_actions / lim),
-            ],
-            dtype=np.float32,
-        )
+        buf = self._budget_buf
+        v = self.tokens / self.token_budget
+        buf[0] = v if v < 1.0 else 1.0
+        v = self.calls / lim
+        buf[1] = v if v < 1.0 else 1.0
+        v = self.latency_s / self._latency_budget_s
+        buf[2] = v if v < 1.0 else 1.0
+        v = self.steps / lim
+        buf[3] = v if v < 1.0 else 1.0
+        v = self.illegal_actions / lim
+        buf[4] = v if v < 1.0 else 1.0
+        budget = buf.copy()
         obs = {
             "task": self._task_obs.copy(),
             "plan": plan,
