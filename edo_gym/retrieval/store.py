@@ -649,9 +649,14 @@ class RetrievalService:
     def _count_by_pieces(self, text: str) -> int:
         memo = self.piece_tokens
         assert memo is not None
+        pieces = text.split(" ")
+        try:  # every piece counted before (the common case): one comprehension, no per-piece test
+            return sum([memo[piece] for piece in pieces])
+        except KeyError:
+            pass
         total = 0
         missing: list[str] = []
-        for piece in text.split(" "):
+        for piece in pieces:
             c = memo.get(piece)
             if c is None:
                 missing.append(piece)
