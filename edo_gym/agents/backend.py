@@ -184,7 +184,7 @@ def call_backend(fn: Callable[[], Any], validate: Callable[[Any], Any], policy: 
                 except Exception as exc:  # InvalidGenerationError, or a reply too broken to even inspect
                     kind, error = "invalid", _describe(exc)
                 else:
-                    return CallOutcome(value, retry + 1, tuple(failures), None, backoff, reported)
+                    return CallOutcome(value, retry + 1, tuple(failures) if failures else (), None, backoff, reported)
         failures.append(kind)
         if kind not in RETRYABLE or retry == policy.retries:
             break

@@ -55,6 +55,8 @@ OUTPUT_FORMATS = {
 }
 VERIFY_FORMAT = "CORRECT, INCORRECT or UNSURE, then at most one short sentence"
 _ABSTAIN = normalize(ABSTAIN_TEXT)
+#: A verifier's verdict by the word it answered with (any other: ``unsure``).
+_VERDICT_OF_WORD = {"CORRECT": "ok", "INCORRECT": "flagged"}
 #: Entries of an ``AgentCaller``'s own token-count memo before it starts afresh (a plain dict in front of the
 #: service's LRU memo: the same counts, about 4x cheaper to read).
 TOKEN_COUNT_MEMO_SIZE = 100_000
@@ -115,7 +117,7 @@ class AgentCaller:
             latency += sum(
                 self.policy.timeout_s if kind == "timeout" else base + per_prompt * estimate for kind in outcome.failures
             )
-        cost = CallCost(prompt_tokens=prompt + estimate * (outcome.attempts - 1), calls=outcome.attempts)
+        cost = CallCost(prompt + estimate * (outcome.attempts - 1), 0, outcome.attempts)
         if response is not None:
             completion = response.completion_tokens
             if completion is None:
@@ -262,7 +264,7 @@ class Worker:
         retrieval_error = ""
         if retrieve:
             retrieved, retrieval_error = self.search(retrieval_query(label, instruction), rng)
-        documents, doc_tokens = self._documents(retrieved)
+        documents, doc_tokens = self._documents(retrieved) if retrieved else ((), 0)
         request = LLMRequest(
             role="worker",
             agent=self.spec.name,
@@ -306,7 +308,7 @@ class Worker:
         retrieval_error = ""
         if self.retriever.size > 0 or self.shuffle:
             retrieved, retrieval_error = self.search(retrieval_query(label, record.instruction), rng)
-        documents, doc_tokens = self._documents(retrieved)
+        documents, doc_tokens = self._documents(retrieved) if retrieved else ((), 0)
         request = LLMRequest(
             role="verifier",
             agent=self.spec.name,
@@ -328,7 +330,7 @@ class Worker:
                 self.index, step, "", "", retrieved, cost, True, outcome.error or "", outcome.attempts, retrieval_error
             )
         word = parse_verdict(response.text)
-        verdict = {"CORRECT": "ok", "INCORRECT": "flagged"}.get(word or "", "unsure")
+        verdict = _VERDICT_OF_WORD.get(word or "", "unsure")
         return VerifyRecord(
             self.index,
             step,
