@@ -87,7 +87,7 @@ def _task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
 @functools.lru_cache(maxsize=20_000)
 def _plan_tables(
     steps: tuple[PlanStep, ...], max_subtasks: int
-) -> tuple[str, list[tuple[int, ...]], list[list[int]], np.ndarray, list[tuple[int, ...]], np.ndarray]:
+) -> tuple[str, tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...], np.ndarray, tuple[tuple[int, ...], ...], np.ndarray]:
     """What only depends on a plan's steps (memoised; the arrays are read-only): the plan signature of the anchor key,
     each step's inputs, each step's readers (the steps that use its answer), the static subtask table, the
     placeholders of each step's instruction, and the subtask table of the fresh plan (no result, verdict or attempt
@@ -95,8 +95,10 @@ def _plan_tables(
 
     About 2.5 kB per plan, so at most ~50 MB when full."""
     sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in steps)
-    deps = [s.deps for s in steps]
-    dependents = [[j for j, s in enumerate(steps) if i in s.deps] for i in range(len(steps))]
+    # tuples of ints, not lists: the garbage collector stops tracking them, so a growing memo does not make its full
+    # passes (which visit every tracked object) more frequent and longer
+    deps = tuple([s.deps for s in steps])
+    dependents = tuple([tuple([j for j, s in enumerate(steps) if i in s.deps]) for i in range(len(steps))])
     sub = np.zeros((max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
     for i, step in enumerate(steps):
         sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
@@ -109,7 +111,7 @@ def _plan_tables(
             fresh[i, O.C_DEPS] = 1.0
     sub.setflags(write=False)
     fresh.setflags(write=False)
-    holes = [tuple(placeholders(s.instruction)) for s in steps]
+    holes = tuple([tuple(placeholders(s.instruction)) for s in steps])
     return sig, deps, dependents, sub, holes, fresh
 
 
