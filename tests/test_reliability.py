@@ -646,11 +646,11 @@ def test_chromadb_error_in_a_real_shard_retriever():
     assert not info["retrieval_fallback"] and env.trace[-1][3].retrieved
 
 
-def test_a_shard_collection_that_cannot_be_built_is_retried_at_the_next_search():
-    """Built at the first search (``index_at_reset=False``), a build that fails is a fallback, and is tried again."""
-    env, _ = make_env(retrieval_decider="worker", retrieval={"index_at_reset": False})
+def _flaky_lazy_retriever(env) -> tuple[ShardRetriever, list[int]]:
+    """Put in worker 0's place a lazily built copy of its retriever whose first build fails (chromadb "database is
+    locked"); later builds return the real collection. Returns the copy and the list of build attempts."""
     real = env.workers[0].retriever
-    builds = []
+    builds: list[int] = []
 
     def flaky_build():
         builds.append(1)
@@ -661,6 +661,14 @@ def test_a_shard_collection_that_cannot_be_built_is_retried_at_the_next_search()
     lazy = ShardRetriever(None, real.encoder, real.domains, 16, factory=flaky_build, size=real.size)
     lazy.vectors = real.vectors
     env.workers[0].retriever = lazy
+    return lazy, builds
+
+
+def test_a_shard_collection_that_cannot_be_built_is_retried_at_the_next_search():
+    """Built at the first search (``index_at_reset=False``), a build that fails is a fallback, and is tried again."""
+    env, _ = make_env(retrieval_decider="worker", retrieval={"index_at_reset": False})
+    real = env.workers[0].retriever
+    lazy, builds = _flaky_lazy_retriever(env)
     env.reset(seed=0, options={"task_id": TASK_ID})
     _, _, _, _, info = env.step(0)
     assert info["retrieval_fallback"] and "database is locked" in env.trace[-1][3].retrieval_error
@@ -676,17 +684,7 @@ def test_a_shard_collection_that_cannot_be_built_at_reset_warns_and_is_built_at_
     """Built at the first reset (the default), a build that fails there warns, and the first search builds it."""
     env, _ = make_env(retrieval_decider="worker")
     real = env.workers[0].retriever
-    builds = []
-
-    def flaky_build():
-        builds.append(1)
-        if len(builds) == 1:
-            raise chromadb.errors.InternalError("could not create collection: database is locked")
-        return real._collection()  # built once, kept by the real retriever too
-
-    lazy = ShardRetriever(None, real.encoder, real.domains, 16, factory=flaky_build, size=real.size)
-    lazy.vectors = real.vectors
-    env.workers[0].retriever = lazy
+    lazy, builds = _flaky_lazy_retriever(env)
     with pytest.warns(RuntimeWarning, match=r"worker 0 \(support_agent\) at reset: InternalError: .*database is locked"):
         env.reset(seed=0, options={"task_id": TASK_ID})
     assert lazy.collection is None and len(builds) == 1
