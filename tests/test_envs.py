@@ -578,3 +578,19 @@ def test_render_human_prints(make_env, capsys):
     capsys.readouterr()
     assert env.render() is None
     assert env.unwrapped.task.text in capsys.readouterr().out
+
+
+def test_returned_arrays_are_fresh_and_writable(make_env):
+    """Observations, info masks and ``action_masks()`` are new writable arrays: writing into them changes nothing the
+    env returns next (masks and observation parts are memoised or kept inside the env)."""
+    env = make_env("EDO-v0")
+    base: EDOEnv = env.unwrapped
+    obs, info = env.reset(seed=0)
+    expected_mask = base.action_masks().copy()
+    expected_obs = {k: v.copy() for k, v in obs.items()}
+    for array in [base.action_masks(), info["action_mask"], *obs.values()]:
+        assert array.flags.writeable
+        array[...] = 1
+    np.testing.assert_array_equal(base.action_masks(), expected_mask)
+    again, _ = env.reset(seed=0)
+    assert data_equivalence(again, expected_obs, exact=True)

@@ -448,8 +448,8 @@ class EDOEnv(gym.Env):
         return -1
 
     def action_masks(self) -> np.ndarray:
-        """Boolean mask of legal actions (sb3-contrib convention)."""
-        return self._mask().astype(bool)
+        """Boolean mask of legal actions (sb3-contrib convention): a new array on each call."""
+        return self._mask_entry(self.current_step)[0].astype(bool)  # astype copies the memoised read-only mask
 
     def _mask(self) -> np.ndarray:
         return self._mask_entry(self.current_step)[0].copy()
