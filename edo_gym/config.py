@@ -334,9 +334,10 @@ class RetrievalConfig:
     #: ``"none"``, or ``"shuffled"``: every retriever returns random documents of its own shard instead of the
     #: search result (an ablation for the validity benchmark: retrieval must matter).
     ablation: str = "none"
-    #: At a retriever's first search with a given ``k``, search all canonical queries (their vectors are on disk) in
-    #: one batched chromadb query and memoise the results, instead of one query each at first use. Exact: the same
-    #: results as one query at a time (tested); it moves the first steps' many single searches into one batch.
+    #: Search all canonical queries for a given ``k`` (their vectors are on disk) in batched chromadb queries and
+    #: memoise the results, instead of one query each at first use: at the first reset (``index_at_reset``), else at
+    #: a retriever's first search with ``k``. Exact: the same results as one query at a time (tested); it moves the
+    #: first steps' many single searches into one batch.
     presearch: bool = True
     #: Build each worker's shard index (starting chromadb) and run its presearch at the env's first ``reset()``, so
     #: that the first steps run at the warm rate; ``False`` builds them at the first search instead. Either way the

@@ -6,14 +6,17 @@ worker (``mode="per_worker"``, to measure what sharing saves). Corpus, canonical
 come from the on-disk :class:`~edo_gym.retrieval.cache.EmbeddingCache`, so a warm process never re-embeds the
 corpus; query embeddings and search results are memoised in bounded LRU caches, so every *first* retrieval is
 a real embedding search and repeats are dictionary look-ups. With ``RetrievalConfig.presearch`` (the default), a
-retriever's first search with a given ``k`` searches all canonical queries at once, in batched chromadb queries, and
-memoises the results (the same results as one query at a time; a fresh process then skips ~3,000 single searches).
+retriever searches all canonical queries for a given ``k`` at once, in batched chromadb queries, and memoises the
+results (the same results as one query at a time; a fresh process then skips ~3,000 single searches). That happens
+at an env's first ``reset()`` for each worker's ``top_k`` (``RetrievalConfig.index_at_reset``, the default, which
+also builds the collections then; :meth:`ShardRetriever.prepare`), else at the retriever's first search with ``k``.
 
 Fork safety: chromadb's native runtime does not survive ``fork()``; in a child forked from a process that had
 started chromadb, every chromadb call blocks forever. In-memory collections are therefore built at the first
-search, not at env construction: a parent that only builds an env (as ``gym.make_vec(..., vectorization_mode=
-"async")`` does on Linux with the default ``fork`` context, to read the spaces) never starts chromadb, and its
-children use chromadb normally. A child forked from a process that *had* searched searches its shards with
+reset (or, with ``index_at_reset=False``, the first search), not at env construction: a parent that only builds an
+env (as ``gym.make_vec(..., vectorization_mode="async")`` does on Linux with the default ``fork`` context, to read
+the spaces) never starts chromadb, and its children use chromadb normally. A child forked from a process that *had*
+reset or searched searches its shards with
 :class:`ExactCollection` instead (exact cosine top-k in numpy over the same vectors; it agrees with chromadb's
 HNSW index on >99.9% of queries) and warns once (:class:`ForkedChromaWarning`). The ``spawn`` and
 ``forkserver`` start methods always keep chromadb.
@@ -528,7 +531,7 @@ class RetrievalService:
                 ForkedChromaWarning,
                 stacklevel=3,
             )
-        # a persistent directory is built (or checked) now; in-memory collections at their first search
+        # a persistent directory is built (or checked) now; in-memory collections at the first reset or search
         persistent = config.chroma_dir is not None
         self.client = _chroma_client(config.chroma_dir) if self.search_backend == "chromadb" and persistent else None
         model_key = hashlib.sha256(self.model_id.encode()).hexdigest()[:8]
@@ -568,8 +571,8 @@ class RetrievalService:
             if not indices:
                 retriever = ShardRetriever(None, encoder, key, config.result_cache_size)
             elif config.chroma_dir is None:
-                # In memory, chromadb starts at the first search: a process that only builds envs (e.g. the parent of
-                # gymnasium's fork-based AsyncVectorEnv) never starts it, so the children it forks can use it.
+                # In memory, chromadb starts at the first reset or search: a process that only builds envs (e.g. the
+                # parent of gymnasium's fork-based AsyncVectorEnv) never starts it, so the children it forks can use it.
                 factory = functools.partial(self._make_collection, name, indices)
                 retriever = ShardRetriever(None, encoder, key, config.result_cache_size, factory=factory, size=len(indices))
             else:
