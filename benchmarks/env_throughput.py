@@ -9,11 +9,13 @@ Measures, in one run on this machine:
 - cold start (a fresh process with an empty embedding cache: ``gym.make`` + ``reset``, which embed the corpus and,
   with the default ``retrieval.lazy_embeddings``, only the task batch of the task drawn; the canonical queries and
   the other task texts are embedded when first used) and, in the same process right after, the time to embed the
-  rest at once (``complete_cache_s``: what the lazy start leaves for later), then a warm start (a fresh process with
-  the cache present);
+  rest at once (``complete_cache_s``: what the lazy start leaves for later) and then to embed the world's reachable
+  non-canonical queries ahead of use into the run-time disk cache (``reachable_queries_s``; ``edo prepare`` does
+  both; ``--no-reachable`` skips it), then a warm start (a fresh process with the cache present);
 - the first steps of a fresh process with the disk cache present (``--first-steps``, default 50,000): its mean
   steps/s over them, with no warm-up (memo caches empty: every query string is searched for real and embedded
-  unless the run-time disk cache holds its vector from an earlier process), next to CartPole-v1's rate measured in
+  unless the run-time disk cache holds its vector from an earlier process or from the reachable queries embedded
+  ahead), next to CartPole-v1's rate measured in
   that same process right after (``first_50k_over_cartpole``, median over ``--first-repeats`` processes with seeds
   0, 1, ..., run one after the other on one cache directory: process k finds the run-time cache entries of
   processes 0..k-1, none of its own seed);
@@ -59,15 +61,20 @@ service = env.unwrapped.service
 built = {lazy.kind: lazy.batches_built for lazy in service._lazy.values()}
 service.complete_all()
 t3 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "make_reset_s": t2 - t1, "complete_cache_s": t3 - t2, "lazy_batches_built": built}))
+reachable_n = service.embed_reachable_queries() if {reachable} else 0
+t4 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "make_reset_s": t2 - t1, "complete_cache_s": t3 - t2, "lazy_batches_built": built,
+                  "reachable_queries_s": t4 - t3, "reachable_queries_embedded": reachable_n}))
 """
 
 
-def start_time(cache_dir: str, env_kwargs: dict | None = None) -> dict[str, float]:
-    """Run a fresh interpreter that imports edo_gym and makes + resets EDO-v0 with ``cache_dir``; wall times."""
+def start_time(cache_dir: str, env_kwargs: dict | None = None, reachable: bool = True) -> dict[str, float]:
+    """Run a fresh interpreter that imports edo_gym and makes + resets EDO-v0 with ``cache_dir``, then completes the
+    embedding lists and (``reachable``) embeds the reachable queries ahead of use, as ``edo prepare`` does; wall
+    times of each part."""
     env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1")
     t0 = time.perf_counter()
-    code = _START_SNIPPET.replace("{kwargs}", repr(env_kwargs or {}))
+    code = _START_SNIPPET.replace("{kwargs}", repr(env_kwargs or {})).replace("{reachable}", repr(bool(reachable)))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     total = time.perf_counter() - t0
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -193,8 +200,15 @@ def main() -> None:
         help="retrieval.encoder of every EDO-v0 env measured; 'static' writes env_throughput_static.{json,md} and its "
         "recall@k is reported beside the default's",
     )
+    parser.add_argument(
+        "--no-reachable",
+        action="store_true",
+        help="do not embed the reachable queries ahead of use after the start measurements (as `edo prepare` does): "
+        "the fresh processes then embed every non-canonical query they meet first",
+    )
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args()
+    reachable = not args.no_reachable
     env_kwargs = {} if args.encoder == "transformer" else {"retrieval": {"encoder": args.encoder}}
 
     import gymnasium as gym
@@ -207,12 +221,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache_dir:
         if not args.no_start:
             print("cold start (empty embedding cache) ...", flush=True)
-            starts["cold"] = start_time(cache_dir, env_kwargs)
+            starts["cold"] = start_time(cache_dir, env_kwargs, reachable)
             print("warm start (cache present) ...", flush=True)
-            starts["warm"] = start_time(cache_dir, env_kwargs)
+            starts["warm"] = start_time(cache_dir, env_kwargs, reachable)
         for r in range(args.first_repeats):
             if r == 0 and args.no_start:
-                start_time(cache_dir, env_kwargs)  # fills the disk cache
+                start_time(cache_dir, env_kwargs, reachable)  # fills the disk cache
             print(f"first {args.first_steps} steps of a fresh process (disk cache present), seed {r} ...", flush=True)
             first.append(first_steps(cache_dir, args.first_steps, seed=r, env_kwargs=env_kwargs))
             print(
@@ -304,6 +318,7 @@ def main() -> None:
         f"--steps {args.steps} --repeats {args.repeats} --warmup {args.warmup} --first-steps {args.first_steps} "
         f"--first-repeats {args.first_repeats}"
         + (f" --encoder {args.encoder}" if args.encoder != "transformer" else "")
+        + (" --no-reachable" if args.no_reachable else "")
         + f"`. Load average at the start: {load0:.1f}. Retrieval encoder: {args.encoder} (`{service.model_id}`).",
         "",
         "| measure | median | IQR |",
@@ -349,10 +364,12 @@ def main() -> None:
         ]
     if starts:
         lines += [
-            "| start | import (s) | make + reset (s) | then embedding the rest at once (s) | whole process (s) |",
-            "|---|---|---|---|---|",
+            "| start | import (s) | make + reset (s) | then embedding the rest at once (s) | then the reachable queries "
+            "ahead of use (s) | whole process (s) |",
+            "|---|---|---|---|---|---|",
             *(
-                f"| {k} | {v['import_s']:.2f} | {v['make_reset_s']:.2f} | {v['complete_cache_s']:.2f} | {v['process_s']:.2f} |"
+                f"| {k} | {v['import_s']:.2f} | {v['make_reset_s']:.2f} | {v['complete_cache_s']:.2f} | "
+                f"{v['reachable_queries_s']:.2f} ({v['reachable_queries_embedded']:,} texts) | {v['process_s']:.2f} |"
                 for k, v in starts.items()
             ),
             "",

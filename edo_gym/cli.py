@@ -1,5 +1,6 @@
-"""``edo`` command line: ``edo demo`` (heuristic policies on EDO-v0), ``edo train`` (GRPO / PPO / MaskablePPO, then
-the held-out evaluation table) and ``edo evaluate PATH`` (a saved model next to the heuristics)."""
+"""``edo`` command line: ``edo demo`` (heuristic policies on EDO-v0), ``edo prepare`` (embed ahead of time what runs
+will need), ``edo train`` (GRPO / PPO / MaskablePPO, then the held-out evaluation table) and ``edo evaluate PATH`` (a
+saved model next to the heuristics)."""
 
 from __future__ import annotations
 
@@ -142,6 +143,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"  {r.policy:16s} {fams}")
         if backend is not None:
             print(str(backend.counts))
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401  (registers the ids)
+
+    t0 = time.perf_counter()
+    try:
+        env = gym.make(args.env, **_retrieval_kwargs(args))
+    except gym.error.Error as exc:
+        print(f"edo prepare: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        base = env.unwrapped
+        service = getattr(base, "service", None)
+        if service is None:
+            print(f"edo prepare: error: {args.env} has no retrieval service to prepare", file=sys.stderr)
+            return 2
+        env.reset(seed=0)  # builds the shard indexes, as the first reset of any run does
+        t1 = time.perf_counter()
+        print(f"{args.env}: world, corpus embeddings and shard indexes ready in {t1 - t0:.1f} s", flush=True)
+        service.complete_all()
+        t2 = time.perf_counter()
+        print(f"  canonical queries and task texts embedded and cached in {t2 - t1:.1f} s", flush=True)
+        n = 0 if args.no_reachable else service.embed_reachable_queries()
+        t3 = time.perf_counter()
+        if args.no_reachable:
+            print("  reachable queries: skipped (--no-reachable)")
+        elif service.runtime is None:
+            print(f"  reachable queries: nothing to do (retrieval.encoder={service.config.encoder!r} embeds a query in "
+                  "microseconds; no run-time cache)")  # fmt: skip
+        else:
+            print(f"  {n:,} reachable queries embedded ahead of use in {t3 - t2:.1f} s (the others were cached already); "
+                  f"run-time cache: {service.runtime.path}")  # fmt: skip
+        service.flush()
+    finally:
+        env.close()
+    print(f"done in {time.perf_counter() - t0:.1f} s; later processes load all of this from {service.cache.directory}")
     return 0
 
 
@@ -307,6 +348,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backend_args(demo)
     _add_retrieval_arg(demo)
     demo.set_defaults(func=cmd_demo)
+
+    prep = sub.add_parser(
+        "prepare",
+        help="embed ahead of time what an env's runs will need (corpus, canonical queries, task texts, reachable queries)",
+        description="Build the env's world and caches now, so that later processes start warm: the corpus, canonical "
+        "query and task-text embeddings (disk cache), and the world's reachable non-canonical queries (run-time disk "
+        "cache; each vector is the one the model gives the query alone, so results are unchanged). Idempotent: what is "
+        "cached already is skipped. Cache directory: $EDO_GYM_CACHE_DIR, else $XDG_CACHE_HOME/edo_gym, else "
+        "~/.cache/edo_gym.",
+    )
+    prep.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
+    prep.add_argument("--no-reachable", action="store_true", help="skip the reachable queries")
+    _add_retrieval_arg(prep)
+    prep.set_defaults(func=cmd_prepare)
 
     from baselines.training import ALGOS, VEC_ENV_KINDS, TrainConfig
 

@@ -25,6 +25,7 @@ from edo_gym.agents.backend import CallOutcome, RetryPolicy, call_backend, valid
 from edo_gym.agents.protocol import LLMBackend, LLMRequest, LLMResponse, parse_verdict
 from edo_gym.config import WorkerSpec
 from edo_gym.retrieval.store import RetrievalService, ShardRetriever
+from edo_gym.world.language import OP_QUERIES
 from edo_gym.world.text import ABSTAIN_TEXT, normalize
 
 #: Simulated latency model per size: fixed overhead (s), per prompt token (s), per completion token (s).
@@ -35,11 +36,6 @@ LATENCY_MODEL: dict[str, tuple[float, float, float]] = {
 }
 #: Extra completion tokens (reasoning, pleasantries) a model of each size writes beyond the answer.
 VERBOSITY: dict[str, int] = {"small": 8, "medium": 16, "large": 40}
-#: Retrieval queries of compute and write steps: guidance about the operation, not about the (numeric) inputs.
-OP_QUERIES = {
-    "compute": "How is the combined revenue of several stores computed?",
-    "write": "How should a reply about a refund window be worded?",
-}
 WORKER_SYSTEM = (
     "You are {name}, a worker in a team of assistants. Follow the instruction and reply with the answer only. "
     "Use the context documents when given; if you do not know, reply: I don't know."

@@ -33,6 +33,7 @@ import time
 import warnings
 import weakref
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +189,41 @@ class RuntimeCache:
             return
         self._pending_vectors[text] = vector.tobytes()
         self._maybe_flush()
+
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """Those of ``texts`` (in order, each once) with no stored vector; all of them when the cache is not usable.
+        A stored row is not checked here: a damaged one is still rejected (and recomputed) when read."""
+        unique = list(dict.fromkeys(texts))
+        with self._lock:
+            conn = self._connection()
+            if conn is None:
+                return unique
+            have: set[str] = {t for t in unique if t in self._pending_vectors}
+            try:
+                for start in range(0, len(unique), 500):
+                    part = unique[start : start + 500]
+                    sql = f"SELECT text FROM vectors WHERE text IN ({', '.join('?' * len(part))})"
+                    have.update(row[0] for row in conn.execute(sql, part).fetchall())
+            except sqlite3.Error:  # busy beyond the timeout, or damaged: nothing known
+                return unique
+        return [t for t in unique if t not in have]
+
+    def writable(self) -> bool:
+        """Whether entries put now would be written (the database opens and is below its size limit)."""
+        with self._lock:
+            return self._connection() is not None and not self._reached_limit()
+
+    def put_vectors(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """:meth:`put_vector` for each text and row of ``vectors`` (each the text's vector embedded alone), committed
+        now."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.shape != (len(texts), self.dim):
+            raise ValueError(f"{len(texts)} texts need vectors of shape ({len(texts)}, {self.dim}), got {vectors.shape}")
+        if self.disabled or self.full:
+            return
+        for text, vector in zip(texts, vectors, strict=True):
+            self._pending_vectors[text] = vector.tobytes()
+        self.flush()
 
     def get_tokens(self, text: str) -> int | None:
         n = self._pending_tokens.get(text)

@@ -103,6 +103,9 @@ for _m in MONTHS:
         ),
     )
 
+#: Refund windows (days) a duration value is drawn from.
+DURATION_DAYS: tuple[int, ...] = (7, 10, 14, 21, 30, 45, 60, 90)
+
 #: Relations whose value is another entity, usable as an inner hop of a multi-hop chain.
 CHAIN_RELATIONS: dict[str, tuple[str, ...]] = {
     "person": ("mentor", "employer", "birth_city"),
@@ -199,7 +202,7 @@ class World:
         if kind == "year":
             return str(int(rng.integers(1890, 2021)))
         if kind == "duration":
-            return f"{int(rng.choice([7, 10, 14, 21, 30, 45, 60, 90]))} days"
+            return f"{int(rng.choice(list(DURATION_DAYS)))} days"
         if kind == "amount":
             return str(int(rng.integers(100, 999)))
         pool = self.entities[kind]

@@ -21,6 +21,12 @@ from edo_gym.world.generator import RELATIONS
 
 #: Operation words of compute steps, as written in instructions.
 OP_WORDS: dict[str, str] = {"sum": "the sum", "max": "the highest value"}
+#: Retrieval queries of compute and write steps: guidance about the operation, not about the (numeric) inputs (a
+#: lookup searches with its question).
+OP_QUERIES: dict[str, str] = {
+    "compute": "How is the combined revenue of several stores computed?",
+    "write": "How should a reply about a refund window be worded?",
+}
 _PLACEHOLDER = re.compile(r"\{(\d+)\}")
 
 

@@ -1,0 +1,111 @@
+"""Reachable queries embedded ahead of use (``edo prepare``, ``RetrievalService.embed_reachable_queries``).
+
+- the list is deterministic, holds each text once, leaves the canonical queries out and has every family it claims;
+- each stored vector is the model's vector of the text embedded alone, bit for bit, and a fresh cache reads it back;
+- a second call embeds nothing; trajectories are the same with the queries embedded ahead or not, and the env then
+  runs the model for none of the queries the list covers;
+- ``RuntimeCache.missing`` / ``put_vectors`` behave (pending rows, bad shapes, a cache that cannot be used);
+- ``edo prepare`` embeds the default world's list once, then finds it cached; a bad env id is a clear error.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import edo_gym  # noqa: F401  (registers the ids)
+from edo_gym.retrieval.runtime_cache import RuntimeCache
+from edo_gym.world.language import OP_QUERIES, question, reply_instruction
+from edo_gym.world.queries import NON_ANSWERS, reachable_queries
+from edo_gym.world.text import ABSTAIN_TEXT, drift
+from tests.test_speed_options import _assert_same, _trajectory
+
+
+def _env(small_world_kwargs, cache_dir):
+    return gym.make("EDO-v0", **small_world_kwargs, retrieval={"cache_dir": str(cache_dir)})
+
+
+def test_reachable_queries_list_every_family_once_and_no_canonical_query(small_world_kwargs, make_env):
+    world = make_env(**small_world_kwargs).unwrapped.world
+    texts = reachable_queries(world)
+    assert texts == reachable_queries(world)  # deterministic
+    assert len(texts) == len(set(texts))
+    assert not set(texts) & set(world.canonical_queries())
+    person, company = world.entities["person"][0], world.entities["company"][0]
+    shipment = world.entities["shipment"][0]
+    expected = [
+        question(("mentor",), company),  # a relation asked about an entity of another kind
+        question(("employer", "headquarters"), person),  # a merged two-hop question
+        question(("carrier", "refund_window"), shipment),
+        question(("mentor",), drift(person, "abbreviated")),  # a drifted name the linker missed
+        question(("founder",), drift(company, "reordered")),
+        *(question(("birth_city",), non_answer) for non_answer in NON_ANSWERS),  # an abstention or a missing input
+        reply_instruction("45 days"),  # a write step mislabelled as a lookup
+        reply_instruction(drift("45 days", "sentence").rstrip(".")),
+        reply_instruction(ABSTAIN_TEXT),
+        *OP_QUERIES.values(),
+    ]
+    missing = [text for text in expected if text not in set(texts)]
+    assert not missing, missing
+
+
+def test_embedded_ahead_vectors_are_the_models_own_and_trajectories_do_not_change(tmp_path, small_world_kwargs):
+    plain = _env(small_world_kwargs, tmp_path / "plain")
+    ahead = _env(small_world_kwargs, tmp_path / "ahead")
+    try:
+        service = ahead.unwrapped.service
+        texts = reachable_queries(service.world)
+        n = service.embed_reachable_queries(progress=False)
+        assert n == len(texts) > 100
+        assert service.embed_reachable_queries(progress=False) == 0  # all cached now
+        # a fresh connection reads each vector back: the model's vector of the text alone, bit for bit
+        fresh = RuntimeCache(service.cache.directory, service.model_id, service.embedders[0].dim)
+        embedder = service.embedders[0]
+        for text in texts[:: max(1, len(texts) // 7)]:
+            stored = fresh.get_vector(text)
+            assert stored is not None, text
+            assert np.array_equal(stored, embedder.encode_one(text)), text
+        runs = {name: _trajectory(env, 600, seed=3) for name, env in (("plain", plain), ("ahead", ahead))}
+        _assert_same(runs["plain"], runs["ahead"], "reachable queries embedded ahead")
+        plain_calls = plain.unwrapped.service.encoders[0].model_calls
+        assert plain_calls > 0  # the plain run met non-canonical queries and ran the model for them
+        assert service.encoders[0].model_calls == 0 < service.runtime.vector_hits  # read, not computed
+    finally:
+        plain.close()
+        ahead.close()
+
+
+def test_runtime_cache_missing_and_put_vectors(tmp_path):
+    cache = RuntimeCache(tmp_path, "model-a", 4)
+    vectors = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert cache.missing(["a", "b", "a", "c"]) == ["a", "b", "c"]
+    cache.put_vector("b", vectors[1])  # buffered, not committed yet
+    assert cache.missing(["a", "b", "c"]) == ["a", "c"]
+    cache.put_vectors(["a", "c"], vectors[[0, 2]])
+    assert cache.missing(["a", "b", "c", "d"]) == ["d"]
+    reread = RuntimeCache(tmp_path, "model-a", 4)
+    assert np.array_equal(reread.get_vector("c"), vectors[2])
+    with pytest.raises(ValueError, match=r"2 texts need vectors of shape \(2, 4\)"):
+        cache.put_vectors(["x", "y"], vectors)
+    # a database written for another vector size is not used: everything is missing, nothing is written
+    with pytest.warns(Warning, match="not used"):
+        other = RuntimeCache(tmp_path, "model-a", 2)
+        assert other.missing(["a"]) == ["a"]
+    assert not other.writable()
+    other.put_vectors(["z"], vectors[:1, :2])
+    with sqlite3.connect(str(cache.path)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM vectors WHERE text = 'z'").fetchone()[0] == 0
+
+
+def test_edo_prepare_cli(capsys):
+    from edo_gym.cli import main
+
+    assert main(["prepare"]) == 0  # the default world on the suite's cache: embeds what is missing
+    assert main(["prepare"]) == 0
+    out = capsys.readouterr().out
+    assert "\n  0 reachable queries embedded ahead of use" in out  # the second run found them all cached
+    assert main(["prepare", "--env", "CartPole-v1"]) == 2
+    assert "has no retrieval service" in capsys.readouterr().err
