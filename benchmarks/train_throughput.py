@@ -50,7 +50,8 @@ TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "1
 
 _COMPLETE = """
 import gymnasium as gym, edo_gym
-env = gym.make("EDO-v0"); env.reset(seed=0); env.unwrapped.service.complete_all(reachable_queries=True); env.close()
+import sys
+env = gym.make("EDO-v0"); env.reset(seed=0); env.unwrapped.service.complete_all(reachable_queries=sys.argv[1] == "1"); env.close()
 """
 
 _WARM = """
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=150_000, help="env-alone warm-up steps (as env_throughput.py)")
     parser.add_argument("--steps", type=int, default=20_000, help="env-alone steps per timed window")
     parser.add_argument("--repeats-warm", type=int, default=5, help="env-alone timed windows (median)")
+    parser.add_argument("--no-reachable", action="store_true",
+                        help="prepare the cache without the reachable queries (complete embedding lists only)")
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     for name in ("repeats", "timesteps", "warmup", "steps", "repeats_warm"):
@@ -117,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "cache"
         print("embedding cache: building it complete once ...", flush=True)
-        subprocess.run([sys.executable, "-c", _COMPLETE], env=_env(base), check=True, capture_output=True)
+        reachable = "0" if args.no_reachable else "1"
+        subprocess.run([sys.executable, "-c", _COMPLETE, reachable], env=_env(base), check=True, capture_output=True)
         for r in range(args.repeats):
             train_cache, warm_cache = Path(tmp) / f"train{r}", Path(tmp) / f"warm{r}"
             shutil.copytree(base, train_cache)
