@@ -5,7 +5,8 @@
 - a second call embeds nothing; trajectories are the same with the queries embedded ahead or not, and the env then
   runs the model for none of the queries the list covers;
 - ``RuntimeCache.missing`` / ``put_vectors`` behave (pending rows, bad shapes, a cache that cannot be used);
-- ``edo prepare`` embeds the default world's list once, then finds it cached; a bad env id is a clear error.
+- ``edo prepare`` embeds the default world's list once, then finds it cached (slow); ``--no-reachable`` skips it; a bad
+  env id is a clear error.
 """
 
 from __future__ import annotations
@@ -100,12 +101,23 @@ def test_runtime_cache_missing_and_put_vectors(tmp_path):
         assert conn.execute("SELECT COUNT(*) FROM vectors WHERE text = 'z'").fetchone()[0] == 0
 
 
-def test_edo_prepare_cli(capsys):
+def test_edo_prepare_cli_without_reachable_queries_and_errors(capsys):
     from edo_gym.cli import main
 
-    assert main(["prepare"]) == 0  # the default world on the suite's cache: embeds what is missing
+    assert main(["prepare", "--no-reachable"]) == 0  # the default world on the suite's cache
+    out = capsys.readouterr().out
+    assert "reachable queries: skipped (--no-reachable)" in out and "done in" in out
+    assert main(["prepare", "--env", "CartPole-v1"]) == 2
+    assert "has no retrieval service" in capsys.readouterr().err
+    assert main(["prepare", "--env", "NoSuchEnv-v0"]) == 2
+    assert "edo prepare: error:" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_edo_prepare_cli_embeds_the_default_worlds_queries_once(capsys):
+    from edo_gym.cli import main
+
+    assert main(["prepare"]) == 0  # the default world on the suite's cache: embeds what is missing (~15 s once)
     assert main(["prepare"]) == 0
     out = capsys.readouterr().out
     assert "\n  0 reachable queries embedded ahead of use" in out  # the second run found them all cached
-    assert main(["prepare", "--env", "CartPole-v1"]) == 2
-    assert "has no retrieval service" in capsys.readouterr().err
