@@ -108,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=150_000, help="env-alone warm-up steps (as env_throughput.py)")
     parser.add_argument("--steps", type=int, default=20_000, help="env-alone steps per timed window")
     parser.add_argument("--repeats-warm", type=int, default=5, help="env-alone timed windows (median)")
-    parser.add_argument("--no-reachable", action="store_true",
-                        help="prepare the cache without the reachable queries (complete embedding lists only)")
+    parser.add_argument(
+        "--no-reachable",
+        action="store_true",
+        help="prepare the cache without the reachable queries (complete embedding lists only)",
+    )
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     for name in ("repeats", "timesteps", "warmup", "steps", "repeats_warm"):
