@@ -150,6 +150,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import edo_gym  # noqa: F401  (registers the ids)
+    from edo_gym.retrieval.runtime_cache import MAX_MB_ENV_VAR
 
     t0 = time.perf_counter()
     try:
@@ -169,16 +170,20 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         service.complete_all()
         t2 = time.perf_counter()
         print(f"  canonical queries and task texts embedded and cached in {t2 - t1:.1f} s", flush=True)
-        n = 0 if args.no_reachable else service.embed_reachable_queries()
-        t3 = time.perf_counter()
+        runtime = service.runtime
         if args.no_reachable:
             print("  reachable queries: skipped (--no-reachable)")
-        elif service.runtime is None:
-            print(f"  reachable queries: nothing to do (retrieval.encoder={service.config.encoder!r} embeds a query in "
-                  "microseconds; no run-time cache)")  # fmt: skip
+        elif runtime is None:
+            why = "the static encoder embeds a query in microseconds" if service.config.encoder == "static" else (
+                "retrieval.runtime_cache is off")  # fmt: skip
+            print(f"  reachable queries: nothing to do ({why}; no run-time cache)")
+        elif not runtime.writable():
+            print(f"  reachable queries: not embedded: the run-time cache {runtime.path} cannot be written (unusable, "
+                  f"or at its size limit ${MAX_MB_ENV_VAR})", file=sys.stderr)  # fmt: skip
         else:
-            print(f"  {n:,} reachable queries embedded ahead of use in {t3 - t2:.1f} s (the others were cached already); "
-                  f"run-time cache: {service.runtime.path}")  # fmt: skip
+            n = service.embed_reachable_queries()
+            print(f"  {n:,} reachable queries embedded ahead of use in {time.perf_counter() - t2:.1f} s (the others were "
+                  f"cached already); run-time cache: {runtime.path}")  # fmt: skip
         service.flush()
     finally:
         env.close()
