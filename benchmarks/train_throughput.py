@@ -49,8 +49,7 @@ TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "1
               "--eval-episodes", "0", "--no-progress"]  # fmt: skip
 
 _COMPLETE = """
-import gymnasium as gym, edo_gym
-import sys
+import sys, gymnasium as gym, edo_gym
 env = gym.make("EDO-v0"); env.reset(seed=0); env.unwrapped.service.complete_all(reachable_queries=sys.argv[1] == "1"); env.close()
 """
 

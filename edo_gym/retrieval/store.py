@@ -43,8 +43,8 @@ from edo_gym.retrieval.cache import EmbeddingCache, texts_hash
 from edo_gym.retrieval.embedder import Embedder, space_decomposable
 from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.static import StaticEmbedder
+from edo_gym.world import queries as world_queries
 from edo_gym.world.generator import World
-from edo_gym.world.queries import reachable_queries
 
 #: Bound of the piece -> token count memo (cleared when exceeded).
 PIECE_MEMO_MAX = 1_000_000
@@ -741,7 +741,7 @@ class RetrievalService:
         runtime = self.runtime
         if runtime is None or not runtime.writable():
             return 0
-        texts = runtime.missing(reachable_queries(self.world))
+        texts = runtime.missing(world_queries.reachable_queries(self.world))
         if not texts:
             return 0
         desc = f"EDO-Gym: embedding {len(texts):,} reachable queries ahead of use, cached for later runs"
