@@ -50,7 +50,9 @@ TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "1
 
 _COMPLETE = """
 import sys, gymnasium as gym, edo_gym
-env = gym.make("EDO-v0"); env.reset(seed=0); env.unwrapped.service.complete_all(reachable_queries=sys.argv[1] == "1"); env.close()
+env = gym.make("EDO-v0"); env.reset(seed=0)
+top_k = [w.spec.top_k for w in env.unwrapped.workers]
+env.unwrapped.service.complete_all(reachable_queries=sys.argv[1] == "1", top_k=top_k); env.close()
 """
 
 _WARM = """

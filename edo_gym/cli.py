@@ -182,8 +182,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                   f"or at its size limit ${MAX_MB_ENV_VAR})", file=sys.stderr)  # fmt: skip
         else:
             n = service.embed_reachable_queries()
-            print(f"  {n:,} reachable queries embedded ahead of use in {time.perf_counter() - t2:.1f} s (the others were "
-                  f"cached already); run-time cache: {runtime.path}")  # fmt: skip
+            t3 = time.perf_counter()
+            print(f"  {n:,} reachable queries embedded ahead of use in {t3 - t2:.1f} s (the others were "
+                  f"cached already); run-time cache: {runtime.path}", flush=True)  # fmt: skip
+            if service.config.search_cache:
+                m = service.search_reachable_queries([w.spec.top_k for w in base.workers])
+                print(f"  {m:,} (query, shard) searches of them run ahead of use in {time.perf_counter() - t3:.1f} s (the "
+                      "others were cached already)")  # fmt: skip
+            else:
+                print("  reachable queries: not searched ahead (retrieval.search_cache is off)")
         service.flush()
     finally:
         env.close()
@@ -359,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="embed ahead of time what an env's runs will need (corpus, canonical queries, task texts, reachable queries)",
         description="Build the env's world and caches now, so that later processes start warm: the corpus, canonical "
         "query and task-text embeddings (disk cache), and the world's reachable non-canonical queries (run-time disk "
-        "cache; each vector is the one the model gives the query alone, so results are unchanged). Idempotent: what is "
+        "cache; each vector is the one the model gives the query alone, so results are unchanged), then searches them in "
+        "each worker's shard and stores the results there too (retrieval.search_cache; exact). Idempotent: what is "
         "cached already is skipped. Cache directory: $EDO_GYM_CACHE_DIR, else $XDG_CACHE_HOME/edo_gym, else "
         "~/.cache/edo_gym.",
     )

@@ -355,6 +355,11 @@ class RetrievalConfig:
     #: embedding cache, so later processes read them instead of running the model (exact: the model's own value
     #: for the same text; see :mod:`edo_gym.retrieval.runtime_cache`).
     runtime_cache: bool = True
+    #: Keep search results in that run-time cache too, keyed by the query vector's digest and a digest of the shard's
+    #: documents: a later process reads a result instead of querying the index again. Exact: a search is a pure
+    #: function of the query vector and the shard (candidates re-ranked exactly; see :mod:`edo_gym.retrieval.store`),
+    #: and each stored result was found by a real index query in some process. Used only where ``runtime_cache`` is.
+    search_cache: bool = True
     #: ``"transformer"`` (default): texts are embedded by the model itself. ``"static"``: by a model2vec static
     #: model distilled locally from it (about a minute once, then cached; see :mod:`edo_gym.retrieval.static`).
     #: Much faster per new query, NOT exact: retrieval results, recall and the observation's task embedding differ
@@ -381,6 +386,7 @@ class RetrievalConfig:
         _check_type(owner, "index_at_reset", self.index_at_reset, bool)
         _check_type(owner, "lazy_embeddings", self.lazy_embeddings, bool)
         _check_type(owner, "runtime_cache", self.runtime_cache, bool)
+        _check_type(owner, "search_cache", self.search_cache, bool)
         _check_choice(owner, "encoder", self.encoder, RETRIEVAL_ENCODERS)
 
 

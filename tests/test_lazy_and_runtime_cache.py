@@ -128,7 +128,7 @@ def test_runtime_cache_returns_what_the_model_computes(tmp_path, warm_env):
         assert got is not None and np.array_equal(got, alone), t
         assert fresh.get_tokens(t) == len(embedder.tokenizer(t, add_special_tokens=False)["input_ids"])
     assert fresh.get_vector("never stored") is None and fresh.get_tokens("never stored") is None
-    assert fresh.sizes() == {"vectors": 4, "tokens": 4, "batches": 0}
+    assert fresh.sizes() == {"vectors": 4, "tokens": 4, "batches": 0, "searches": 0}
 
 
 def test_runtime_cache_rejects_damaged_rows(tmp_path):
@@ -197,7 +197,7 @@ def test_runtime_cache_concurrent_writers_and_a_crash(tmp_path):
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0, 0, 1]
     cache = RuntimeCache(tmp_path, "model-a", 4)
-    assert cache.sizes() == {"vectors": 600, "tokens": 600, "batches": 0}
+    assert cache.sizes() == {"vectors": 600, "tokens": 600, "batches": 0, "searches": 0}
     assert all(cache.get_tokens(f"text {i}") == i for i in range(600))
     assert all(np.array_equal(cache.get_vector(f"text {i}"), np.full(4, i, dtype=np.float32)) for i in range(600))
     assert cache.get_tokens("half-written") is None

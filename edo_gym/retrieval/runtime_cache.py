@@ -1,11 +1,15 @@
-"""Exact on-disk cache of what the embedder computes at run time: query vectors, token counts, lazily built batches.
+"""Exact on-disk cache of what retrieval computes at run time: query vectors, token counts, lazily built batches,
+search results.
 
 Every env process meets query strings and texts no earlier step used (queries built from upstream answers, replies
 whose tokens are counted). Their vector or count is a pure function of the model and the text, so a
 :class:`RuntimeCache` keeps them on disk, in one SQLite database per model (``runtime-<model key>.sqlite3`` in the
 embedding cache directory): the next process finds them there instead of running the model again. Each entry is the
 value the model computed in some process for exactly this text (no approximation, no other text's value): a
-query is still embedded by the configured model the first time any process meets it, and still searched.
+query is still embedded by the configured model the first time any process meets it. Search results
+(``RetrievalConfig.search_cache``) are kept the same way, keyed by the shard's fingerprint, ``k`` and a digest of
+the query vector (see :mod:`edo_gym.retrieval.store`): each was found by a real index query the first time any
+process searched that vector in that shard.
 
 Safety: SQLite's write-ahead log with ``INSERT OR IGNORE`` transactions, so several processes may read and write at
 once, and a process killed mid-write leaves the database as it was before that transaction. Each vector is stored
@@ -75,6 +79,8 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS tokens (text TEXT PRIMARY KEY, n INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS batches (list TEXT NOT NULL, batch INTEGER NOT NULL, vecs BLOB NOT NULL, "
     "crc INTEGER NOT NULL, PRIMARY KEY (list, batch))",
+    "CREATE TABLE IF NOT EXISTS searches (shard TEXT NOT NULL, k INTEGER NOT NULL, query BLOB NOT NULL, "
+    "ids BLOB NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY (shard, k, query))",
 )
 
 # connections inherited through fork are kept referenced, never used or closed, in the child
@@ -100,11 +106,13 @@ class RuntimeCache:
         self.disabled = False
         self._pending_vectors: dict[str, bytes] = {}
         self._pending_tokens: dict[str, int] = {}
+        self._pending_searches: dict[tuple[str, int, bytes], bytes] = {}
         self._last_flush = time.monotonic()
         #: Rows read and ignored because they failed their check (size, CRC, finite values).
         self.rejected = 0
         self.vector_hits = 0
         self.token_hits = 0
+        self.search_hits = 0
         ref = weakref.ref(self)
         atexit.register(lambda: (lambda c: c is not None and c.flush())(ref()))
 
@@ -116,8 +124,7 @@ class RuntimeCache:
     # -- connection ---------------------------------------------------------------------------------------------
     def _disable(self, why: str) -> None:
         self.disabled = True
-        self._pending_vectors.clear()
-        self._pending_tokens.clear()
+        self._clear_pending()
         warnings.warn(f"run-time embedding cache {self.path} not used ({why}); values are computed as needed", CacheWarning, 4)
 
     def _connection(self) -> sqlite3.Connection | None:
@@ -128,8 +135,7 @@ class RuntimeCache:
         if self._conn is not None:  # inherited through fork: never touch it here
             _INHERITED.append(self._conn)
             self._conn = None
-            self._pending_vectors.clear()
-            self._pending_tokens.clear()
+            self._clear_pending()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=10.0, isolation_level=None, check_same_thread=False)
@@ -244,6 +250,56 @@ class RuntimeCache:
         self._pending_tokens[text] = int(n)
         self._maybe_flush()
 
+    # -- search results (see store.ShardRetriever) ---------------------------------------------------------------
+    def get_search(self, shard: str, k: int, query: bytes) -> tuple[int, ...] | None:
+        """The stored result (corpus indices, best first) of searching shard ``shard`` (a fingerprint of its contents)
+        for the top ``k`` with the query vector whose digest is ``query``, or ``None``. The caller checks the ids
+        belong to the shard."""
+        blob = self._pending_searches.get((shard, k, query))
+        if blob is None:
+            row = self._select("SELECT ids, crc FROM searches WHERE shard = ? AND k = ? AND query = ?", (shard, k, query))
+            if row is None:
+                return None
+            blob, crc = row
+            if not isinstance(blob, bytes) or len(blob) % 4 or crc != zlib.crc32(blob):
+                self.rejected += 1
+                return None
+        self.search_hits += 1
+        return tuple(np.frombuffer(blob, dtype="<i4").tolist())
+
+    def put_search(self, shard: str, k: int, query: bytes, ids: Sequence[int]) -> None:
+        """Buffer a search result (committed with the next flush)."""
+        if self.disabled or self.full:
+            return
+        self._pending_searches[(shard, k, query)] = np.asarray(ids, dtype="<i4").tobytes()
+        self._maybe_flush()
+
+    def missing_searches(self, shard: str, k: int, queries: Sequence[bytes]) -> list[bytes]:
+        """Those of the query digests ``queries`` (in order, each once) with no stored result for ``(shard, k)``;
+        all of them when the cache is not usable."""
+        unique = list(dict.fromkeys(queries))
+        with self._lock:
+            conn = self._connection()
+            if conn is None:
+                return unique
+            have = {q for q in unique if (shard, k, q) in self._pending_searches}
+            try:
+                for start in range(0, len(unique), 500):
+                    part = unique[start : start + 500]
+                    sql = f"SELECT query FROM searches WHERE shard = ? AND k = ? AND query IN ({', '.join('?' * len(part))})"
+                    have.update(row[0] for row in conn.execute(sql, [shard, k, *part]).fetchall())
+            except sqlite3.Error:
+                return unique
+        return [q for q in unique if q not in have]
+
+    def put_searches(self, shard: str, k: int, results: Sequence[tuple[bytes, Sequence[int]]]) -> None:
+        """:meth:`put_search` for each ``(query digest, ids)``, committed now."""
+        if self.disabled or self.full:
+            return
+        for query, ids in results:
+            self._pending_searches[(shard, k, query)] = np.asarray(ids, dtype="<i4").tobytes()
+        self.flush()
+
     # -- batches of a fixed list (see store.LazyVectors) ---------------------------------------------------------
     def get_batch(self, list_key: str, batch: int, rows: int) -> np.ndarray | None:
         row = self._select("SELECT vecs, crc FROM batches WHERE list = ? AND batch = ?", (list_key, batch))
@@ -282,8 +338,16 @@ class RuntimeCache:
             self.full = size >= self.max_bytes
         return self.full
 
+    def _clear_pending(self) -> None:
+        self._pending_vectors.clear()
+        self._pending_tokens.clear()
+        self._pending_searches.clear()
+
+    def _n_pending(self) -> int:
+        return len(self._pending_vectors) + len(self._pending_tokens) + len(self._pending_searches)
+
     def _maybe_flush(self) -> None:
-        pending = len(self._pending_vectors) + len(self._pending_tokens)
+        pending = self._n_pending()
         if pending >= FLUSH_EVERY or time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
             self.flush()
 
@@ -291,39 +355,38 @@ class RuntimeCache:
         """Commit the buffered entries (kept for a later try if the database is busy)."""
         with self._lock:
             self._last_flush = time.monotonic()
-            if not (self._pending_vectors or self._pending_tokens):
+            if not self._n_pending():
                 return
             conn = self._connection()
             if conn is None:
                 return
             if self._reached_limit():
-                self._pending_vectors.clear()
-                self._pending_tokens.clear()
+                self._clear_pending()
                 return
             vectors = [(t, b, zlib.crc32(b)) for t, b in self._pending_vectors.items()]
             tokens = list(self._pending_tokens.items())
+            searches = [(s, k, q, b, zlib.crc32(b)) for (s, k, q), b in self._pending_searches.items()]
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)", vectors)
                     conn.executemany("INSERT OR IGNORE INTO tokens VALUES (?, ?)", tokens)
+                    conn.executemany("INSERT OR IGNORE INTO searches VALUES (?, ?, ?, ?, ?)", searches)
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
             except sqlite3.Error:
-                if len(self._pending_vectors) + len(self._pending_tokens) > MAX_PENDING:
-                    self._pending_vectors.clear()
-                    self._pending_tokens.clear()
+                if self._n_pending() > MAX_PENDING:
+                    self._clear_pending()
                 return
-            self._pending_vectors.clear()
-            self._pending_tokens.clear()
+            self._clear_pending()
 
     def sizes(self) -> dict[str, int]:
         """Rows in the database (after committing what is buffered)."""
         self.flush()
         out = {}
-        for table in ("vectors", "tokens", "batches"):
+        for table in ("vectors", "tokens", "batches", "searches"):
             row = self._select(f"SELECT COUNT(*) FROM {table}", ())
             out[table] = int(row[0]) if row else 0
         return out

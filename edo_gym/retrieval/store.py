@@ -11,6 +11,14 @@ results (the same results as one query at a time; a fresh process then skips ~3,
 at an env's first ``reset()`` for each worker's ``top_k`` (``RetrievalConfig.index_at_reset``, the default, which
 also builds the collections then; :meth:`ShardRetriever.prepare`), else at the retriever's first search with ``k``.
 
+Search results on disk (``RetrievalConfig.search_cache``, on with the run-time cache): a result missing from the
+memo is looked up in the run-time SQLite cache (:mod:`edo_gym.retrieval.runtime_cache`) under a digest of the query
+vector and a fingerprint of the shard (its document indices and vectors, and the re-ranking margin) before the index
+is queried; a result the index gives is stored there. A search is a pure function of those (every collection is
+searched over its whole graph and the candidates are re-ranked exactly, below), so this is exact, like the memo, and
+each stored result was found by a real index query in some process. :meth:`RetrievalService.search_reachable_queries`
+(``edo prepare``) runs those queries ahead of use, in batches.
+
 Fork safety: chromadb's native runtime does not survive ``fork()``; in a child forked from a process that had
 started chromadb, every chromadb call blocks forever. In-memory collections are therefore built at the first
 reset (or, with ``index_at_reset=False``, the first search), not at env construction: a parent that only builds an
@@ -40,7 +48,7 @@ import numpy as np
 
 from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.cache import EmbeddingCache, texts_hash
-from edo_gym.retrieval.embedder import Embedder, space_decomposable
+from edo_gym.retrieval.embedder import PROGRESS_DELAY_S, Embedder, space_decomposable
 from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.static import StaticEmbedder
 from edo_gym.world import queries as world_queries
@@ -48,6 +56,11 @@ from edo_gym.world.generator import World
 
 #: Bound of the piece -> token count memo (cleared when exceeded).
 PIECE_MEMO_MAX = 1_000_000
+
+
+def query_digest(vector: np.ndarray) -> bytes:
+    """A 16-byte digest of a query vector's float32 values: what keys its search results on disk."""
+    return hashlib.blake2b(np.ascontiguousarray(vector, dtype="<f4").tobytes(), digest_size=16).digest()
 
 
 class LRUCache:
@@ -286,6 +299,14 @@ class ShardRetriever:
         self.vectors: np.ndarray | None = None
         #: ``(service, worker index)`` when a ``RetrievalService`` built this retriever (lets it pickle).
         self.origin: tuple[RetrievalService, int] | None = None
+        #: Run-time disk cache that keeps search results across processes (``None``: off); needs ``vectors`` and
+        #: ``indices`` (see :meth:`search`).
+        self.disk: RuntimeCache | None = None
+        #: Corpus indices of this shard's documents (set by the service; checks results read from ``disk``).
+        self.indices: frozenset[int] = frozenset()
+        self._fingerprint: str | None = None
+        #: Results read from ``disk`` instead of searched (``searches`` counts the index queries).
+        self.disk_hits = 0
 
     def __reduce__(self) -> Any:
         # A chromadb collection cannot be pickled: a pickled retriever is looked up again in its service.
@@ -307,13 +328,77 @@ class ShardRetriever:
             if hit is not None:
                 return hit
         vector = self.encoder.encode(query)
+        disk = self.disk
+        if disk is not None:
+            digest = query_digest(vector)
+            ids = disk.get_search(self.fingerprint, k, digest)
+            if ids is not None and self._valid(ids, k):
+                self.disk_hits += 1
+                self.memo.put(key, ids)
+                return ids
         result = self._collection().query(
             query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[]
         )
         ids = self._top_k(result["ids"][0], vector, k)
         self.searches += 1
         self.memo.put(key, ids)
+        if disk is not None:
+            disk.put_search(self.fingerprint, k, digest, ids)
         return ids
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of what a search result depends on besides the query vector and ``k``: the shard's documents
+        (corpus indices and vectors) and the re-ranking margin. Keys this shard's results in the disk cache."""
+        if self._fingerprint is None:
+            if self.vectors is None or not self.indices:
+                raise RuntimeError("a ShardRetriever needs its vectors and indices to key results on disk")
+            idx = np.asarray(sorted(self.indices), dtype="<i8")
+            h = hashlib.sha256(f"edo-search-v1 margin={RERANK_MARGIN} dim={self.vectors.shape[1]}".encode())
+            h.update(idx.tobytes())
+            h.update(np.ascontiguousarray(self.vectors[idx], dtype="<f4").tobytes())
+            self._fingerprint = h.hexdigest()[:32]
+        return self._fingerprint
+
+    def _valid(self, ids: tuple[int, ...], k: int) -> bool:
+        """A result read from disk: ``min(k, size)`` distinct documents of this shard."""
+        return len(ids) == min(k, self.size) and len(set(ids)) == len(ids) and all(i in self.indices for i in ids)
+
+    def search_many(self, queries: Sequence[str], k: int, progress: str | None = None) -> int:
+        """Search ``queries`` for ``k`` in batched index queries (as presearch does) and store the results in the disk
+        cache, skipping those it holds already: exactly what :meth:`search` would find and store one at a time.
+
+        :returns: the number of queries searched.
+        """
+        disk = self.disk
+        if disk is None or self.size == 0 or not queries:
+            return 0
+        queries = list(dict.fromkeys(queries))
+        vectors = np.stack([self.encoder.encode(q) for q in queries]).astype(np.float32, copy=False)
+        digests = [query_digest(v) for v in vectors]
+        todo = set(disk.missing_searches(self.fingerprint, k, digests))
+        rows = [j for j, d in enumerate(digests) if d in todo]
+        if not rows:
+            return 0
+        collection = self._collection()
+        n = min(k + RERANK_MARGIN, self.size)
+        results: list[tuple[bytes, tuple[int, ...]]] = []
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=len(rows), desc=progress, unit="query", delay=PROGRESS_DELAY_S, mininterval=0.5, disable=progress is None
+        )
+        with bar:
+            for start in range(0, len(rows), PRESEARCH_BATCH):
+                part = rows[start : start + PRESEARCH_BATCH]
+                block = vectors[part]
+                found = collection.query(query_embeddings=block, n_results=n, include=[])
+                for j, ids in zip(part, found["ids"], strict=True):
+                    results.append((digests[j], self._top_k(ids, vectors[j], k)))
+                bar.update(len(part))
+        disk.put_searches(self.fingerprint, k, results)
+        self.searches += len(results)
+        return len(results)
 
     def prepare(self, k: int) -> None:
         """Build the index now (if it is built lazily) and, with presearch on, presearch the canonical queries for
@@ -585,6 +670,9 @@ class RetrievalService:
                 retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
             retriever.origin = (self, w)
             retriever.vectors = self.doc_vectors
+            retriever.indices = frozenset(indices)
+            if config.search_cache and config.ablation == "none" and indices:
+                retriever.disk = self.runtime
             if config.presearch and config.ablation == "none":
                 retriever.presearched = set()
             built[key] = retriever
@@ -629,6 +717,7 @@ class RetrievalService:
             return cls(world, config, shards, extra_texts)
         key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
                config.result_cache_size, config.presearch, config.lazy_embeddings, config.runtime_cache, config.encoder,
+               config.search_cache,
                tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
         with cls._lock:
             service = cls._registry.get(key)
@@ -715,15 +804,19 @@ class RetrievalService:
             return lazy.full()
         return lazy.full(progress=f"EDO-Gym: embedding {len(texts):,} texts ({kind}), cached for later runs")
 
-    def complete_all(self, reachable_queries: bool = False) -> None:
+    def complete_all(self, reachable_queries: bool = False, top_k: Sequence[int] | None = None) -> None:
         """Build every list still incomplete (canonical queries, task texts) now, in one pass with a progress bar,
         and write them to the disk cache: what a later process then loads at start-up.
 
-        :param reachable_queries: then also :meth:`embed_reachable_queries` (``edo prepare`` does both).
+        :param reachable_queries: then also :meth:`embed_reachable_queries` and, given ``top_k``,
+            :meth:`search_reachable_queries` (``edo prepare`` does all three).
+        :param top_k: each worker's ``k``, for :meth:`search_reachable_queries`.
         """
         self._complete_lists()
         if reachable_queries:
             self.embed_reachable_queries()
+            if top_k is not None:
+                self.search_reachable_queries(top_k)
 
     def embed_reachable_queries(self, progress: bool = True) -> int:
         """Embed now, in batches, the non-canonical queries this world's episodes can produce
@@ -748,6 +841,37 @@ class RetrievalService:
         vectors = self.embedders[0].encode_many([texts], singles=True, progress=desc if progress else None)[0]
         runtime.put_vectors(texts, vectors)
         return len(texts)
+
+    def search_reachable_queries(self, top_k: Sequence[int], progress: bool = True) -> int:
+        """Search now, in batched index queries, every reachable query (see :meth:`embed_reachable_queries`, whose
+        vectors this reads) in each worker's shard for that worker's ``k``, and store the results in the run-time disk
+        cache (``RetrievalConfig.search_cache``), skipping those it holds already.
+
+        Exact: each result is what :meth:`ShardRetriever.search` finds for the query at step time (a batched index
+        query returns each query's own candidates, re-ranked exactly; tested); a later process reads it instead of
+        querying the index (1-2 ms a query). A no-op without a run-time cache or with ``search_cache`` off.
+
+        :param top_k: each worker's ``k`` (``WorkerSpec.top_k``), in the order of the shards this service was built for.
+        :param progress: show a progress bar (on stderr, after a few seconds).
+        :returns: the number of (query, shard, k) searches run.
+        """
+        if len(top_k) != len(self.retrievers):
+            raise ValueError(f"top_k needs one k per worker ({len(self.retrievers)}), got {len(top_k)}")
+        runtime = self.runtime
+        if runtime is None or not self.config.search_cache or not runtime.writable():
+            return 0
+        jobs: dict[tuple[int, int], tuple[ShardRetriever, int]] = {}
+        for retriever, k in zip(self.retrievers, top_k, strict=True):
+            if retriever.disk is not None and retriever.size:
+                jobs.setdefault((id(retriever), int(k)), (retriever, int(k)))
+        if not jobs:
+            return 0
+        texts = world_queries.reachable_queries(self.world)
+        done = 0
+        for n, (retriever, k) in enumerate(jobs.values(), 1):
+            desc = f"EDO-Gym: searching reachable queries ahead of use, shard {n}/{len(jobs)} (k={k})"
+            done += retriever.search_many(texts, k, progress=desc if progress else None)
+        return done
 
     def _complete_lists(self) -> None:
         missing = [lazy for lazy in self._lazy.values() if not lazy.complete]
