@@ -1,8 +1,8 @@
 """``make train``'s training rate against the env's own steady-state rate, measured in the same run (issue 12).
 
 Each repeat runs, one after the other and each in a fresh process, on copies of one cache directory in the same
-state (complete embeddings and the world's reachable queries embedded ahead, as ``make prepare`` leaves it; no other
-run-time cache entries):
+state (complete embeddings and the world's reachable queries embedded and searched ahead, as ``make prepare`` leaves
+it; no other run-time cache entries):
 
 1. ``edo train`` with ``make train``'s arguments (GRPO, 300k steps, 16 envs) and ``--eval-episodes 0``: training
    steps per second (env steps / training wall time, from the run's saved ``.json``), and its printed time breakdown;

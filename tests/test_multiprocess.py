@@ -309,7 +309,8 @@ from typing import Any
 import numpy as np
 import gymnasium as gym
 {digests}
-env = gym.make("edo_gym:EDO-v0", render_mode="ansi")
+# search_cache off: each process queries its own index (none reads another's results from the run-time disk cache)
+env = gym.make("edo_gym:EDO-v0", render_mode="ansi", retrieval={{"search_cache": False}})
 digests = _episode_digests(env, episodes={episodes}, seed={seed}, max_steps={max_steps})
 service = env.unwrapped.service
 # single searches plus canonical queries searched in batches (RetrievalConfig.presearch): all real chromadb queries

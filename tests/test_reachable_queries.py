@@ -5,7 +5,7 @@
 - a second call embeds nothing; trajectories are the same with the queries embedded ahead or not, and the env then
   runs the model for none of the queries the list covers;
 - ``RuntimeCache.missing`` / ``put_vectors`` behave (pending rows, bad shapes, a cache that cannot be used);
-- ``edo prepare`` embeds the default world's list once, then finds it cached (slow); ``--no-reachable`` skips it; a bad
+- ``edo prepare`` embeds and searches the default world's list once, then finds it cached (slow); ``--no-reachable`` skips it; a bad
   env id is a clear error.
 """
 
@@ -121,3 +121,4 @@ def test_edo_prepare_cli_embeds_the_default_worlds_queries_once(capsys):
     assert main(["prepare"]) == 0
     out = capsys.readouterr().out
     assert "\n  0 reachable queries embedded ahead of use" in out  # the second run found them all cached
+    assert "\n  0 (query, shard) searches of them run ahead of use" in out  # and their search results stored

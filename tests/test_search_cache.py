@@ -1,7 +1,8 @@
 """Search results kept in the run-time disk cache (``RetrievalConfig.search_cache``) and searched ahead of use.
 
 - a process that reads results from disk takes the same trajectories as one that searches the index and as one with
-  the cache off, and queries the index for none of the searches an earlier process stored;
+  the cache off, and queries the index for none of the searches an earlier process stored (presearch of the canonical
+  queries at the first reset included: read in bulk, the same results);
 - ``search_reachable_queries`` (batched index queries) stores, for every reachable query, what a one-at-a-time search
   finds; a second call searches nothing;
 - a stored row that is damaged (CRC), or names documents outside the shard or the wrong number of them, is not used:
@@ -52,6 +53,17 @@ def test_results_read_from_disk_give_the_same_trajectories_and_no_index_queries(
         assert sum(r.searches for r in _retrievers(reader)) == 0  # every search was stored by the writer
         assert sum(r.disk_hits for r in _retrievers(reader)) == written
         assert sum(r.searches for r in _retrievers(off)) == written
+        # presearch of the canonical queries at the first reset: searched and stored by the writer, read by the reader
+        # (on this cold cache the writer's presearch waits for the complete list of canonical vectors, so a query its
+        # steps searched first, and stored, is read back by it too)
+        presearched = sum(r.presearches + r.presearch_disk_hits for r in _retrievers(writer))
+        assert sum(r.presearches for r in _retrievers(writer)) > 0
+        assert sum(r.presearches for r in _retrievers(reader)) == 0
+        assert sum(r.presearch_disk_hits for r in _retrievers(reader)) == presearched > 0
+        for w_ret, r_ret in zip(_retrievers(writer), _retrievers(reader), strict=True):
+            for (text, k), ids in list(w_ret.memo._data.items()):
+                if text in w_ret.encoder.canonical:
+                    assert r_ret.memo._data.get((text, k)) == ids, text
     finally:
         for env in (off, writer, reader):
             env.close()

@@ -267,6 +267,33 @@ class RuntimeCache:
         self.search_hits += 1
         return tuple(np.frombuffer(blob, dtype="<i4").tolist())
 
+    def get_searches(self, shard: str, k: int, queries: Sequence[bytes]) -> dict[bytes, tuple[int, ...]]:
+        """:meth:`get_search` for many query digests at once (bulk reads): ``{digest: ids}`` of those stored."""
+        out: dict[bytes, tuple[int, ...]] = {}
+        rows: list[tuple[bytes, object, object]] = []
+        unique = list(dict.fromkeys(queries))
+        with self._lock:
+            conn = self._connection()
+            if conn is not None:
+                try:
+                    for start in range(0, len(unique), 500):
+                        part = unique[start : start + 500]
+                        sql = f"SELECT query, ids, crc FROM searches WHERE shard = ? AND k = ? AND query IN ({', '.join('?' * len(part))})"
+                        rows.extend(conn.execute(sql, [shard, k, *part]).fetchall())
+                except sqlite3.Error:  # busy beyond the timeout, or damaged: what was read so far
+                    pass
+        for query, blob, crc in rows:
+            if not isinstance(blob, bytes) or len(blob) % 4 or crc != zlib.crc32(blob):
+                self.rejected += 1
+                continue
+            out[query] = tuple(np.frombuffer(blob, dtype="<i4").tolist())
+        for query in unique:
+            blob = self._pending_searches.get((shard, k, query))
+            if blob is not None:
+                out[query] = tuple(np.frombuffer(blob, dtype="<i4").tolist())
+        self.search_hits += len(out)
+        return out
+
     def put_search(self, shard: str, k: int, query: bytes, ids: Sequence[int]) -> None:
         """Buffer a search result (committed with the next flush)."""
         if self.disabled or self.full:

@@ -307,6 +307,8 @@ class ShardRetriever:
         self._fingerprint: str | None = None
         #: Results read from ``disk`` instead of searched (``searches`` counts the index queries).
         self.disk_hits = 0
+        #: Canonical queries' results read from ``disk`` by presearch (``presearches`` counts those searched).
+        self.presearch_disk_hits = 0
 
     def __reduce__(self) -> Any:
         # A chromadb collection cannot be pickled: a pickled retriever is looked up again in its service.
@@ -427,7 +429,9 @@ class ShardRetriever:
 
     def _presearch(self, k: int) -> None:
         """Search every canonical query for ``k`` in batches (one index query per :data:`PRESEARCH_BATCH` vectors),
-        memoising the results: exactly what :meth:`search` would return for each of them one at a time."""
+        memoising the results: exactly what :meth:`search` would return for each of them one at a time. With the disk
+        cache, results an earlier process stored are read from it in bulk and only the others are searched (and
+        stored)."""
         assert self.presearched is not None
         if not self.encoder.lazy_canonical.complete:  # not all canonical vectors built yet: search one at a time
             return
@@ -436,14 +440,36 @@ class ShardRetriever:
         vectors = self.encoder.canonical_vectors
         if not texts or len(texts) > self.memo.maxsize // 2:  # the memo could not keep them
             return
+        rows = list(range(len(texts)))
+        disk = self.disk
+        digests: list[bytes] = []
+        if disk is not None:  # results stored by an earlier process: read in bulk, the others searched below
+            digests = [query_digest(v) for v in vectors]
+            stored = disk.get_searches(self.fingerprint, k, digests)
+            rows = []
+            for j, text in enumerate(texts):
+                ids = stored.get(digests[j])
+                if ids is not None and self._valid(ids, k):
+                    self.memo.put((text, k), ids)
+                else:
+                    rows.append(j)
+            self.presearch_disk_hits += len(texts) - len(rows)
+        if not rows:
+            return
         collection = self._collection()
         n = min(k + RERANK_MARGIN, self.size)
-        for start in range(0, len(texts), PRESEARCH_BATCH):
-            block = vectors[start : start + PRESEARCH_BATCH]
-            result = collection.query(query_embeddings=block, n_results=n, include=[])
-            for j, ids in enumerate(result["ids"]):
-                self.memo.put((texts[start + j], k), self._top_k(ids, block[j], k))
-        self.presearches += len(texts)
+        found: list[tuple[bytes, tuple[int, ...]]] = []
+        for start in range(0, len(rows), PRESEARCH_BATCH):
+            part = rows[start : start + PRESEARCH_BATCH]
+            result = collection.query(query_embeddings=vectors[part], n_results=n, include=[])
+            for j, ids in zip(part, result["ids"], strict=True):
+                top = self._top_k(ids, vectors[j], k)
+                self.memo.put((texts[j], k), top)
+                if disk is not None:
+                    found.append((digests[j], top))
+        if disk is not None:
+            disk.put_searches(self.fingerprint, k, found)
+        self.presearches += len(rows)
 
 
 #: Process id in which this module started chromadb (inherited, unchanged, by forked children).
