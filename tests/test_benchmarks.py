@@ -658,3 +658,22 @@ def test_train_throughput_tiny_run_and_bad_input(tmp_path):
     proc = subprocess.run([sys.executable, "benchmarks/train_throughput.py", "--repeats", "0"], cwd=REPO, capture_output=True,
                           text=True)  # fmt: skip
     assert proc.returncode != 0 and "--repeats must be >= 1" in proc.stderr
+
+
+def test_ab_search_cache_bad_input():
+    proc = subprocess.run([sys.executable, "benchmarks/ab_search_cache.py", "--windows", "0"], cwd=REPO, capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode != 0 and "--windows must be >= 1" in proc.stderr
+
+
+@pytest.mark.slow
+def test_ab_search_cache_tiny_run(tmp_path):
+    """One (off, on) pair on a prepared cache: "on" reads search results from disk instead of querying the index."""
+    run_script(["benchmarks/ab_search_cache.py", "--repeats", "1", "--first-steps", "2000", "--warmup", "0", "--steps",
+                "1000", "--windows", "1", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "ab_search_cache.json").read_text())
+    (off,), (on,) = data["runs"]["off"], data["runs"]["on"]
+    assert off["disk_hits"] == 0 < off["searches"]
+    assert on["disk_hits"] > 0 and on["searches"] < off["searches"]
+    assert set(data["summary"]) == {"off", "on"}
+    assert "| on |" in (tmp_path / "ab_search_cache.md").read_text()
