@@ -6,7 +6,8 @@ Measures, in one run on this machine:
   memoisation caches (the real embedder and chromadb stay in the loop: any query no process met before is embedded
   and searched for real, and the number of such calls in the timed window is reported), next to
   ``gym.make("CartPole-v1")`` with random actions, and their ratio (medians over repeats);
-- cold start (a fresh process with an empty embedding cache: ``gym.make`` + ``reset``, which embed the corpus and,
+- cold start (a fresh process with an empty embedding cache, ``--cold-repeats`` times, each in an empty directory of
+  its own, median reported: ``gym.make`` + ``reset``, which embed the corpus and,
   with the default ``retrieval.lazy_embeddings``, only the task batch of the task drawn; the canonical queries and
   the other task texts are embedded when first used) and, in the same process right after, the time to embed the
   rest at once (``complete_cache_s``: what the lazy start leaves for later), then to embed the world's reachable
@@ -60,6 +61,9 @@ env.reset(seed=0)
 t2 = time.perf_counter()
 service = env.unwrapped.service
 built = {lazy.kind: lazy.batches_built for lazy in service._lazy.values()}
+if {only_start}:
+    print(json.dumps({"import_s": t1 - t0, "make_reset_s": t2 - t1, "lazy_batches_built": built}))
+    raise SystemExit(0)
 service.complete_all()
 t3 = time.perf_counter()
 reachable_n = service.embed_reachable_queries() if {reachable} else 0
@@ -72,13 +76,19 @@ print(json.dumps({"import_s": t1 - t0, "make_reset_s": t2 - t1, "complete_cache_
 """
 
 
-def start_time(cache_dir: str, env_kwargs: dict | None = None, reachable: bool = True) -> dict[str, float]:
-    """Run a fresh interpreter that imports edo_gym and makes + resets EDO-v0 with ``cache_dir``, then completes the
-    embedding lists and (``reachable``) embeds the reachable queries ahead of use, as ``edo prepare`` does; wall
-    times of each part."""
+def start_time(
+    cache_dir: str, env_kwargs: dict | None = None, reachable: bool = True, only_start: bool = False
+) -> dict[str, float]:
+    """Run a fresh interpreter that imports edo_gym and makes + resets EDO-v0 with ``cache_dir``, then (unless
+    ``only_start``) completes the embedding lists and (``reachable``) embeds and searches the reachable queries ahead
+    of use, as ``edo prepare`` does; wall times of each part."""
     env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1")
     t0 = time.perf_counter()
-    code = _START_SNIPPET.replace("{kwargs}", repr(env_kwargs or {})).replace("{reachable}", repr(bool(reachable)))
+    code = (
+        _START_SNIPPET.replace("{kwargs}", repr(env_kwargs or {}))
+        .replace("{reachable}", repr(bool(reachable)))
+        .replace("{only_start}", repr(bool(only_start)))
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     total = time.perf_counter() - t0
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -225,8 +235,16 @@ def main() -> None:
         help="do not embed the reachable queries ahead of use after the start measurements (as `edo prepare` does): "
         "the fresh processes then embed every non-canonical query they meet first",
     )
+    parser.add_argument(
+        "--cold-repeats",
+        type=int,
+        default=3,
+        help="cold starts, each in an empty cache directory (median reported; the later ones stop after make + reset)",
+    )
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args()
+    if args.cold_repeats < 1:
+        parser.error(f"--cold-repeats must be >= 1, got {args.cold_repeats}")
     reachable = not args.no_reachable
     env_kwargs = {} if args.encoder == "transformer" else {"retrieval": {"encoder": args.encoder}}
 
@@ -241,6 +259,14 @@ def main() -> None:
         if not args.no_start:
             print("cold start (empty embedding cache) ...", flush=True)
             starts["cold"] = start_time(cache_dir, env_kwargs, reachable)
+            cold_runs = [starts["cold"]["make_reset_s"]]
+            for r in range(1, args.cold_repeats):  # more cold starts, each in an empty directory of its own
+                print(f"cold start {r + 1} of {args.cold_repeats} ...", flush=True)
+                with tempfile.TemporaryDirectory() as other:
+                    cold_runs.append(start_time(other, env_kwargs, reachable, only_start=True)["make_reset_s"])
+            # the key keeps its meaning (make + reset on an empty cache), as the median of the repeats
+            starts["cold"]["make_reset_runs_s"] = cold_runs
+            starts["cold"]["make_reset_s"] = float(np.median(cold_runs))
             print("warm start (cache present) ...", flush=True)
             starts["warm"] = start_time(cache_dir, env_kwargs, reachable)
         for r in range(args.first_repeats):
@@ -339,7 +365,7 @@ def main() -> None:
         "",
         f"Machine: {machine_line(m)}. Command: `python benchmarks/env_throughput.py "
         f"--steps {args.steps} --repeats {args.repeats} --warmup {args.warmup} --first-steps {args.first_steps} "
-        f"--first-repeats {args.first_repeats}"
+        f"--first-repeats {args.first_repeats} --cold-repeats {args.cold_repeats}"
         + (f" --encoder {args.encoder}" if args.encoder != "transformer" else "")
         + (" --no-reachable" if args.no_reachable else "")
         + f"`. Load average at the start: {load0:.1f}. Retrieval encoder: {args.encoder} (`{service.model_id}`).",
@@ -398,7 +424,9 @@ def main() -> None:
                 for k, v in starts.items()
             ),
             "",
-            f"Batches embedded lazily by the cold make + reset: {starts['cold'].get('lazy_batches_built')}."
+            f"Cold make + reset, each in an empty cache directory: {[round(x, 2) for x in starts['cold']['make_reset_runs_s']]} "
+            f"s (the table's cold row gives their median; the other columns are the first cold start's). "
+            f"Batches embedded lazily by the first cold make + reset: {starts['cold'].get('lazy_batches_built')}."
             if "cold" in starts
             else "",
             "",

@@ -677,3 +677,18 @@ def test_ab_search_cache_tiny_run(tmp_path):
     assert on["disk_hits"] > 0 and on["searches"] < off["searches"]
     assert set(data["summary"]) == {"off", "on"}
     assert "| on |" in (tmp_path / "ab_search_cache.md").read_text()
+
+
+@pytest.mark.slow
+def test_env_throughput_tiny_run(tmp_path):
+    """A tiny run of every stage: two cold starts (median kept under the documented key), a warm start, one fresh
+    process's first steps, warm windows; the keys scripts read are there."""
+    run_script(["benchmarks/env_throughput.py", "--steps", "300", "--repeats", "1", "--warmup", "300", "--first-steps",
+                "300", "--first-repeats", "1", "--cold-repeats", "2", "--no-reachable", "--out-dir", str(tmp_path)],
+               timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "env_throughput.json").read_text())
+    cold = data["start"]["cold"]
+    runs = sorted(cold["make_reset_runs_s"])
+    assert len(runs) == 2 and cold["make_reset_s"] == pytest.approx((runs[0] + runs[1]) / 2)
+    assert {"median", "q25", "q75"} <= set(data["edo_over_cartpole"]) and "median" in data["first_50k_over_cartpole"]
+    assert "--cold-repeats 2" in (tmp_path / "env_throughput.md").read_text()
