@@ -83,6 +83,12 @@ _SCHEMA = (
     "ids BLOB NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY (shard, k, query))",
 )
 
+
+def _decode_ids(blob: bytes) -> tuple[int, ...]:
+    """Corpus indices stored as little-endian int32 (a search result row)."""
+    return tuple(np.frombuffer(blob, dtype="<i4").tolist())
+
+
 # connections inherited through fork are kept referenced, never used or closed, in the child
 _INHERITED: list[sqlite3.Connection] = []
 
@@ -200,18 +206,10 @@ class RuntimeCache:
         """Those of ``texts`` (in order, each once) with no stored vector; all of them when the cache is not usable.
         A stored row is not checked here: a damaged one is still rejected (and recomputed) when read."""
         unique = list(dict.fromkeys(texts))
-        with self._lock:
-            conn = self._connection()
-            if conn is None:
-                return unique
-            have: set[str] = {t for t in unique if t in self._pending_vectors}
-            try:
-                for start in range(0, len(unique), 500):
-                    part = unique[start : start + 500]
-                    sql = f"SELECT text FROM vectors WHERE text IN ({', '.join('?' * len(part))})"
-                    have.update(row[0] for row in conn.execute(sql, part).fetchall())
-            except sqlite3.Error:  # busy beyond the timeout, or damaged: nothing known
-                return unique
+        rows = self._select_in("SELECT text FROM vectors WHERE", (), "text", unique)
+        if rows is None:  # unusable, busy beyond the timeout, or damaged: nothing known
+            return unique
+        have = {row[0] for row in rows} | {t for t in unique if t in self._pending_vectors}
         return [t for t in unique if t not in have]
 
     def writable(self) -> bool:
@@ -260,37 +258,28 @@ class RuntimeCache:
             row = self._select("SELECT ids, crc FROM searches WHERE shard = ? AND k = ? AND query = ?", (shard, k, query))
             if row is None:
                 return None
-            blob, crc = row
-            if not isinstance(blob, bytes) or len(blob) % 4 or crc != zlib.crc32(blob):
-                self.rejected += 1
-                return None
-        self.search_hits += 1
-        return tuple(np.frombuffer(blob, dtype="<i4").tolist())
+            ids = self._ids(*row)
+        else:
+            ids = _decode_ids(blob)
+        if ids is not None:
+            self.search_hits += 1
+        return ids
 
     def get_searches(self, shard: str, k: int, queries: Sequence[bytes]) -> dict[bytes, tuple[int, ...]]:
         """:meth:`get_search` for many query digests at once (bulk reads): ``{digest: ids}`` of those stored."""
-        out: dict[bytes, tuple[int, ...]] = {}
-        rows: list[tuple[bytes, object, object]] = []
         unique = list(dict.fromkeys(queries))
-        with self._lock:
-            conn = self._connection()
-            if conn is not None:
-                try:
-                    for start in range(0, len(unique), 500):
-                        part = unique[start : start + 500]
-                        sql = f"SELECT query, ids, crc FROM searches WHERE shard = ? AND k = ? AND query IN ({', '.join('?' * len(part))})"
-                        rows.extend(conn.execute(sql, [shard, k, *part]).fetchall())
-                except sqlite3.Error:  # busy beyond the timeout, or damaged: what was read so far
-                    pass
-        for query, blob, crc in rows:
-            if not isinstance(blob, bytes) or len(blob) % 4 or crc != zlib.crc32(blob):
-                self.rejected += 1
-                continue
-            out[query] = tuple(np.frombuffer(blob, dtype="<i4").tolist())
+        rows = self._select_in(
+            "SELECT query, ids, crc FROM searches WHERE shard = ? AND k = ? AND", (shard, k), "query", unique
+        )
+        out: dict[bytes, tuple[int, ...]] = {}
+        for query, blob, crc in rows or ():
+            ids = self._ids(blob, crc)
+            if ids is not None:
+                out[query] = ids
         for query in unique:
             blob = self._pending_searches.get((shard, k, query))
             if blob is not None:
-                out[query] = tuple(np.frombuffer(blob, dtype="<i4").tolist())
+                out[query] = _decode_ids(blob)
         self.search_hits += len(out)
         return out
 
@@ -305,18 +294,10 @@ class RuntimeCache:
         """Those of the query digests ``queries`` (in order, each once) with no stored result for ``(shard, k)``;
         all of them when the cache is not usable."""
         unique = list(dict.fromkeys(queries))
-        with self._lock:
-            conn = self._connection()
-            if conn is None:
-                return unique
-            have = {q for q in unique if (shard, k, q) in self._pending_searches}
-            try:
-                for start in range(0, len(unique), 500):
-                    part = unique[start : start + 500]
-                    sql = f"SELECT query FROM searches WHERE shard = ? AND k = ? AND query IN ({', '.join('?' * len(part))})"
-                    have.update(row[0] for row in conn.execute(sql, [shard, k, *part]).fetchall())
-            except sqlite3.Error:
-                return unique
+        rows = self._select_in("SELECT query FROM searches WHERE shard = ? AND k = ? AND", (shard, k), "query", unique)
+        if rows is None:
+            return unique
+        have = {row[0] for row in rows} | {q for q in unique if (shard, k, q) in self._pending_searches}
         return [q for q in unique if q not in have]
 
     def put_searches(self, shard: str, k: int, results: Sequence[tuple[bytes, Sequence[int]]]) -> None:
@@ -345,6 +326,31 @@ class RuntimeCache:
                 conn.execute("INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?)", (list_key, batch, blob, zlib.crc32(blob)))
 
     # -- internals ----------------------------------------------------------------------------------------------
+    def _select_in(self, head: str, args: tuple, column: str, keys: Sequence[object]) -> list[tuple] | None:
+        """Rows of ``{head} {column} IN (keys...)`` (``head`` ends with ``WHERE`` or ``AND``; ``args`` fill its ``?``),
+        in chunks of 500 keys; ``None`` when the cache is not usable or a read fails (busy beyond the timeout, or
+        damaged)."""
+        with self._lock:
+            conn = self._connection()
+            if conn is None:
+                return None
+            rows: list[tuple] = []
+            try:
+                for start in range(0, len(keys), 500):
+                    part = list(keys[start : start + 500])
+                    sql = f"{head} {column} IN ({', '.join('?' * len(part))})"
+                    rows.extend(conn.execute(sql, [*args, *part]).fetchall())
+            except sqlite3.Error:
+                return None
+        return rows
+
+    def _ids(self, blob: object, crc: object) -> tuple[int, ...] | None:
+        """A stored search result's corpus indices, or ``None`` (counted in ``rejected``) if the row fails its check."""
+        if not isinstance(blob, bytes) or len(blob) % 4 or crc != zlib.crc32(blob):
+            self.rejected += 1
+            return None
+        return _decode_ids(blob)
+
     def _valid(self, blob: object, crc: object, rows: int) -> bool:
         ok = (
             isinstance(blob, bytes)

@@ -372,35 +372,53 @@ class ShardRetriever:
 
         :returns: the number of queries searched.
         """
-        disk = self.disk
-        if disk is None or self.size == 0 or not queries:
+        if self.disk is None or self.size == 0 or not queries:
             return 0
         queries = list(dict.fromkeys(queries))
         vectors = np.stack([self.encoder.encode(q) for q in queries]).astype(np.float32, copy=False)
-        digests = [query_digest(v) for v in vectors]
-        todo = set(disk.missing_searches(self.fingerprint, k, digests))
-        rows = [j for j, d in enumerate(digests) if d in todo]
+        searched = self._search_batched(vectors, k, progress)[1]
+        self.searches += len(searched)
+        return len(searched)
+
+    def _search_batched(
+        self, vectors: np.ndarray, k: int, progress: str | None = None
+    ) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]]:
+        """Top-``k`` results of each row of ``vectors``: read from the disk cache in bulk where it holds a valid one,
+        else found by batched index queries (one per :data:`PRESEARCH_BATCH` rows, each row's candidates re-ranked
+        exactly, as :meth:`search` does) and stored there. ``({row: ids} read, {row: ids} searched)``; the caller
+        counts them."""
+        disk = self.disk
+        rows = list(range(len(vectors)))
+        read: dict[int, tuple[int, ...]] = {}
+        digests: list[bytes] = []
+        if disk is not None:
+            digests = [query_digest(v) for v in vectors]
+            stored = disk.get_searches(self.fingerprint, k, digests)
+            for j, digest in enumerate(digests):
+                ids = stored.get(digest)
+                if ids is not None and self._valid(ids, k):
+                    read[j] = ids
+            rows = [j for j in rows if j not in read]
+        searched: dict[int, tuple[int, ...]] = {}
         if not rows:
-            return 0
-        collection = self._collection()
-        n = min(k + RERANK_MARGIN, self.size)
-        results: list[tuple[bytes, tuple[int, ...]]] = []
+            return read, searched
         from tqdm.auto import tqdm
 
+        collection = self._collection()
+        n = min(k + RERANK_MARGIN, self.size)
         bar = tqdm(
             total=len(rows), desc=progress, unit="query", delay=PROGRESS_DELAY_S, mininterval=0.5, disable=progress is None
         )
         with bar:
             for start in range(0, len(rows), PRESEARCH_BATCH):
                 part = rows[start : start + PRESEARCH_BATCH]
-                block = vectors[part]
-                found = collection.query(query_embeddings=block, n_results=n, include=[])
-                for j, ids in zip(part, found["ids"], strict=True):
-                    results.append((digests[j], self._top_k(ids, vectors[j], k)))
+                result = collection.query(query_embeddings=vectors[part], n_results=n, include=[])
+                for j, ids in zip(part, result["ids"], strict=True):
+                    searched[j] = self._top_k(ids, vectors[j], k)
                 bar.update(len(part))
-        disk.put_searches(self.fingerprint, k, results)
-        self.searches += len(results)
-        return len(results)
+        if disk is not None:
+            disk.put_searches(self.fingerprint, k, [(digests[j], ids) for j, ids in searched.items()])
+        return read, searched
 
     def prepare(self, k: int) -> None:
         """Build the index now (if it is built lazily) and, with presearch on, presearch the canonical queries for
@@ -440,36 +458,12 @@ class ShardRetriever:
         vectors = self.encoder.canonical_vectors
         if not texts or len(texts) > self.memo.maxsize // 2:  # the memo could not keep them
             return
-        rows = list(range(len(texts)))
-        disk = self.disk
-        digests: list[bytes] = []
-        if disk is not None:  # results stored by an earlier process: read in bulk, the others searched below
-            digests = [query_digest(v) for v in vectors]
-            stored = disk.get_searches(self.fingerprint, k, digests)
-            rows = []
-            for j, text in enumerate(texts):
-                ids = stored.get(digests[j])
-                if ids is not None and self._valid(ids, k):
-                    self.memo.put((text, k), ids)
-                else:
-                    rows.append(j)
-            self.presearch_disk_hits += len(texts) - len(rows)
-        if not rows:
-            return
-        collection = self._collection()
-        n = min(k + RERANK_MARGIN, self.size)
-        found: list[tuple[bytes, tuple[int, ...]]] = []
-        for start in range(0, len(rows), PRESEARCH_BATCH):
-            part = rows[start : start + PRESEARCH_BATCH]
-            result = collection.query(query_embeddings=vectors[part], n_results=n, include=[])
-            for j, ids in zip(part, result["ids"], strict=True):
-                top = self._top_k(ids, vectors[j], k)
-                self.memo.put((texts[j], k), top)
-                if disk is not None:
-                    found.append((digests[j], top))
-        if disk is not None:
-            disk.put_searches(self.fingerprint, k, found)
-        self.presearches += len(rows)
+        # results an earlier process stored are read from the disk cache in bulk; the others are searched (and stored)
+        read, searched = self._search_batched(vectors, k)
+        for j, text in enumerate(texts):
+            self.memo.put((text, k), read[j] if j in read else searched[j])
+        self.presearch_disk_hits += len(read)
+        self.presearches += len(searched)
 
 
 #: Process id in which this module started chromadb (inherited, unchanged, by forked children).
