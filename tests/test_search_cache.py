@@ -15,7 +15,6 @@ from __future__ import annotations
 import sqlite3
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 import edo_gym  # noqa: F401  (registers the ids)
@@ -180,4 +179,6 @@ def test_search_cache_config_and_runtime_rows(tmp_path):
     assert reread.get_search("shard", 2, q1) == (5, 3)
     assert reread.get_search("shard", 3, q1) is None and reread.get_search("other", 2, q1) is None
     assert reread.sizes()["searches"] == 1
-    assert np.array_equal(np.frombuffer(b"\x05\x00\x00\x00", dtype="<i4"), [5])
+    with sqlite3.connect(str(reread.path)) as conn:  # stored as little-endian int32, whatever the machine
+        (blob,) = conn.execute("SELECT ids FROM searches").fetchone()
+    assert blob == b"\x05\x00\x00\x00\x03\x00\x00\x00"
