@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from edo_gym._sqlite import retry_locked, set_wal
 from edo_gym.agents.backend import TransientBackendError
 from edo_gym.agents.protocol import LLMBackend, LLMRequest, LLMResponse
 from edo_gym.llm.counts import CallCounter, CallCounts
@@ -146,10 +147,14 @@ class ResponseCache:
             )
         else:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")  # readers never block the writer, nor the writer readers
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute(_SCHEMA)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                set_wal(conn, BUSY_TIMEOUT_S)  # retried: several processes may open a new file at once
+                conn.execute("PRAGMA synchronous = NORMAL")
+                retry_locked(lambda: conn.execute(_SCHEMA), BUSY_TIMEOUT_S)
+            except BaseException:
+                conn.close()
+                raise
         self._conn, self._pid = conn, os.getpid()
         return conn
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edo_gym._sqlite import retry_locked, set_wal
 from edo_gym.retrieval.cache import CacheWarning
 
 FORMAT_VERSION = 1
@@ -54,6 +55,8 @@ MAX_PENDING = 100_000
 MAX_MB_ENV_VAR = "EDO_GYM_RUNTIME_CACHE_MAX_MB"
 #: Size (MB, database and its write-ahead log) past which nothing more is written.
 DEFAULT_MAX_MB = 1024.0
+#: Seconds a connection waits for another process's lock (when opening, and for each statement) before giving up.
+_BUSY_TIMEOUT_S = 10.0
 
 
 def max_bytes() -> int:
@@ -144,30 +147,43 @@ class RuntimeCache:
             self._clear_pending()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), timeout=10.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
+            conn = sqlite3.connect(str(self.path), timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-                expected = {"format": str(FORMAT_VERSION), "model_id": self.model_id, "dim": str(self.dim)}
-                if not meta:
-                    conn.executemany("INSERT INTO meta VALUES (?, ?)", list(expected.items()))
-                conn.execute("COMMIT")
+                set_wal(conn, _BUSY_TIMEOUT_S)  # retried: the envs of a vector env may open a new file at once
+                conn.execute("PRAGMA synchronous=NORMAL")
+                meta = retry_locked(lambda: self._create_schema(conn), _BUSY_TIMEOUT_S)
             except BaseException:
-                conn.execute("ROLLBACK")
+                conn.close()
                 raise
         except (sqlite3.Error, OSError) as exc:
             self._disable(f"{type(exc).__name__}: {exc}")
             return None
-        if meta and meta != expected:
+        if meta and meta != self._meta():
             conn.close()
-            self._disable(f"written for {meta}, expected {expected}")
+            self._disable(f"written for {meta}, expected {self._meta()}")
             return None
         self._conn, self._pid = conn, os.getpid()
         return conn
+
+    def _create_schema(self, conn: sqlite3.Connection) -> dict[str, str]:
+        """Create the tables (in one transaction, so that it can be retried) and return the ``meta`` rows, writing
+        this cache's when the file has none."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            if not meta:
+                conn.executemany("INSERT INTO meta VALUES (?, ?)", list(self._meta().items()))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return meta
+
+    def _meta(self) -> dict[str, str]:
+        return {"format": str(FORMAT_VERSION), "model_id": self.model_id, "dim": str(self.dim)}
 
     def _select(self, sql: str, args: tuple) -> tuple | None:
         with self._lock:
