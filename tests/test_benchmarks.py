@@ -643,8 +643,15 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
     assert summarise_runs([record(1.0), record(1.02), record(4.5)])["collapsed_runs"] == 2
 
 
-def test_train_throughput_tiny_run_and_bad_input(tmp_path):
-    """One tiny (training, env alone) pair: the ratio is training steps/s over the env's median steps/s."""
+def test_train_throughput_bad_input():
+    proc = subprocess.run([sys.executable, "benchmarks/train_throughput.py", "--repeats", "0"], cwd=REPO, capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode != 0 and "--repeats must be >= 1" in proc.stderr
+
+
+@pytest.mark.slow
+def test_train_throughput_tiny_run(tmp_path):
+    """One tiny (training, env alone) pair: the ratio is training steps/s over the env's median steps/s (~40 s)."""
     # --no-reachable: the runner's machinery, without embedding the reachable queries into its fresh cache (~15 s)
     run_script(["benchmarks/train_throughput.py", "--repeats", "1", "--timesteps", "600", "--warmup", "200", "--steps", "200",
                 "--repeats-warm", "2", "--no-reachable", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
@@ -655,9 +662,6 @@ def test_train_throughput_tiny_run_and_bad_input(tmp_path):
     assert data["train_over_env"]["median"] == pytest.approx(run["ratio"]) and data["target"] == 0.35
     assert "Command: `python benchmarks/train_throughput.py --repeats 1" in (tmp_path / "train_throughput.md").read_text()
     assert data["settings"]["no_reachable"] is True
-    proc = subprocess.run([sys.executable, "benchmarks/train_throughput.py", "--repeats", "0"], cwd=REPO, capture_output=True,
-                          text=True)  # fmt: skip
-    assert proc.returncode != 0 and "--repeats must be >= 1" in proc.stderr
 
 
 def test_ab_search_cache_bad_input():
