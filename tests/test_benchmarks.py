@@ -330,7 +330,9 @@ def test_study_schools_smoke_reads_grpo_vs_ppo_results(tmp_path):
     assert (tmp_path / "study_schools.png").is_file()
 
 
+@pytest.mark.slow
 def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
+    """~40 s: one smoke run of each protocol, its record, its fixed-schema file, and a resumed second run."""
     run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_horizon")
     cell = data["results"]["2"]
