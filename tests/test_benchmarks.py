@@ -698,3 +698,55 @@ def test_env_throughput_tiny_run(tmp_path):
     assert len(runs) == 2 and cold["make_reset_s"] == pytest.approx((runs[0] + runs[1]) / 2)
     assert {"median", "q25", "q75"} <= set(data["edo_over_cartpole"]) and "median" in data["first_50k_over_cartpole"]
     assert "--cold-repeats 2" in (tmp_path / "env_throughput.md").read_text()
+
+
+def test_step_breakdown_bad_input():
+    for args, message in ((["--repeats", "0"], "--repeats must be >= 1"), (["--warmup", "-1"], "--warmup must be >= 0")):
+        proc = subprocess.run(
+            [sys.executable, "benchmarks/step_breakdown.py", *args], cwd=REPO, capture_output=True, text=True
+        )
+        assert proc.returncode != 0 and message in proc.stderr
+
+
+@pytest.mark.slow
+def test_step_breakdown_tiny_run(tmp_path):
+    """Parts nest as documented (a part's time contains its nested parts'), and the timers leave the env as it was."""
+    run_script(["benchmarks/step_breakdown.py", "--steps", "400", "--repeats", "2", "--warmup", "300", "--out-dir",
+                str(tmp_path)], timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "step_breakdown.json").read_text())
+    parts = data["parts"]
+    assert {"reset", "step", "dispatch", "verify", "make_plan", "search", "forward", "call", "model", "harness"} <= set(parts)
+    for w in data["windows"]:
+        us = w["us_per_step"]
+        assert us["step"] >= us["dispatch"] + us["verify"] > 0
+        assert us["call"] >= us["model"] > 0 and us["search"] >= us["forward"] >= 0
+        assert w["instrumented_us_per_step"] == pytest.approx(us["reset"] + us["step"] + us["harness"])
+        assert w["forward_passes"] == round(w["calls_per_step"]["forward"] * 400)
+    assert data["edo_over_cartpole"] > 0 and "| `step` |" in (tmp_path / "step_breakdown.md").read_text()
+
+
+def test_part_timers_come_off_and_leave_the_trajectory_unchanged(small_world_kwargs):
+    import gymnasium as gym
+    import numpy as np
+
+    import edo_gym  # noqa: F401
+    from benchmarks.step_breakdown import PartTimers
+
+    def run(timed: bool) -> list:
+        env = gym.make("EDO-v0", **small_world_kwargs)
+        timers = PartTimers(env) if timed else None
+        env.reset(seed=3)
+        out, rng = [], np.random.default_rng(3)
+        for _ in range(120):
+            legal = np.flatnonzero(env.unwrapped.action_masks())
+            obs, reward, terminated, truncated, info = env.step(int(legal[int(rng.integers(len(legal)))]))
+            out.append((reward, info["anchor_key"], obs["subtasks"].tobytes()))
+            if terminated or truncated:
+                env.reset()
+        if timers is not None:
+            assert timers.calls["step"] == 120 and timers.seconds["model"] > 0
+            timers.remove()
+            assert "step" not in vars(env.unwrapped) and "call" not in vars(env.unwrapped.caller)
+        return out
+
+    assert run(True) == run(False)

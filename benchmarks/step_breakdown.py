@@ -1,0 +1,215 @@
+"""Where a warm EDO-v0 step's time goes: each part of the env's step, in microseconds per step.
+
+One process, random legal actions (as ``benchmarks/env_throughput.py``), after a ``--warmup`` that fills the memo
+caches. Each repeat then runs
+
+1. ``--steps`` uninstrumented steps (EDO-v0's steps/s), then as many CartPole-v1 steps (their ratio, as
+   ``env_throughput.py`` measures it);
+2. ``--steps`` more with a timer around each part of the env, set on this env's instances only: the env's ``reset`` and
+   ``step``, and inside them the planner call with its parsing (``_make_plan``: at reset and on a replan), dispatches,
+   verifications, observations and anchor keys; the workers' searches (with the query forward passes of the embedder,
+   and the index queries counted); the model calls (the simulated model itself, then the pricing around it).
+
+Parts are inclusive (a part's time contains its nested parts') and given per step, with calls per step and time per
+call; "harness and wrappers" is the rest of the instrumented time (the random legal draw and Gymnasium's wrappers).
+Each timer costs about half a microsecond per call, so the instrumented total is a few microseconds above the
+uninstrumented step; the shares are of the instrumented total. Medians over ``--repeats``.
+
+Usage: ``python benchmarks/step_breakdown.py [--steps 20000] [--repeats 5] [--warmup 150000]``.
+Results: ``benchmarks/results/step_breakdown.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.common import git_revision, machine_info, machine_line, write_results  # noqa: E402
+from benchmarks.env_throughput import random_legal_steps  # noqa: E402
+
+#: (key, what it is, where it is called), in the table's order.
+PARTS: tuple[tuple[str, str, str], ...] = (
+    ("reset", "`reset`: new task, planner call, first observation", "the harness"),
+    ("step", "`step`", "the harness"),
+    ("dispatch", "dispatch: a worker runs the current step", "`step`"),
+    ("verify", "verification by a worker", "`step`"),
+    ("make_plan", "planner call and plan parsing (`_make_plan`)", "`reset`, replan steps"),
+    ("observation", "observation (`_observation`)", "`step`, `reset`"),
+    ("anchor_key", "anchor key (`_anchor_key`)", "`step`, `reset`"),
+    ("search", "worker searches (memo, disk cache, index)", "dispatch, verification"),
+    ("forward", "query forward passes of the embedder", "searches"),
+    ("call", "model calls: the simulated model plus pricing (`AgentCaller.call`)", "dispatch, verification, planner"),
+    ("model", "the simulated model itself (`SimulatedBackend.complete`)", "model calls"),
+)
+
+
+class PartTimers:
+    """Timers around the parts of one env (instance attributes only; ``remove`` restores the classes' methods)."""
+
+    def __init__(self, env: Any) -> None:
+        self.seconds: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+        self._patched: list[tuple[Any, str]] = []
+        u = env.unwrapped
+        for name, key in (("reset", "reset"), ("step", "step"), ("_dispatch", "dispatch"), ("_verify", "verify"),
+                          ("_make_plan", "make_plan"), ("_observation", "observation"), ("_anchor_key", "anchor_key")):  # fmt: skip
+            self._wrap(u, name, key)
+        for worker in u.workers:
+            self._wrap(worker, "search", "search")
+        self._wrap(u.caller, "call", "call")
+        self._wrap(u.caller.backend, "complete", "model")
+        for embedder in {id(e.embedder): e.embedder for e in u.service.encoders}.values():
+            self._wrap(embedder, "encode_one", "forward")
+
+    def _wrap(self, obj: Any, name: str, key: str) -> None:
+        inner: Callable[..., Any] = getattr(obj, name)
+        seconds, calls, clock = self.seconds, self.calls, time.perf_counter
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = clock()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                seconds[key] += clock() - t
+                calls[key] += 1
+
+        setattr(obj, name, timed)
+        self._patched.append((obj, name))
+
+    def reset_counts(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+    def remove(self) -> None:
+        for obj, name in self._patched:
+            delattr(obj, name)
+        self._patched.clear()
+
+
+def _index_queries(service: Any) -> int:
+    return sum(r.searches for r in {id(r): r for r in service.retrievers}.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20_000, help="steps per window (uninstrumented, then instrumented)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=150_000, help="random legal steps before the first window")
+    parser.add_argument("--out-dir", default=None)
+    args = parser.parse_args()
+    for name in ("steps", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be >= 0, got {args.warmup}")
+
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+
+    edo, cart = gym.make("EDO-v0"), gym.make("CartPole-v1")
+    service = edo.unwrapped.service
+    rng = np.random.default_rng(0)
+    print(f"EDO warm-up: {args.warmup} random legal steps ...", flush=True)
+    random_legal_steps(edo, max(args.warmup, 1), rng, masked=True)
+    windows: list[dict[str, Any]] = []
+    for r in range(args.repeats):
+        edo_s = random_legal_steps(edo, args.steps, rng, masked=True)
+        cart_s = random_legal_steps(cart, args.steps, rng, masked=False)
+        timers = PartTimers(edo)
+        queries0 = _index_queries(service)
+        try:
+            total_s = random_legal_steps(edo, args.steps, rng, masked=True)
+        finally:
+            timers.remove()
+        us = {key: 1e6 * timers.seconds[key] / args.steps for key, _, _ in PARTS}
+        us["harness"] = 1e6 * total_s / args.steps - us["reset"] - us["step"]
+        windows.append({
+            "edo_steps_per_s": args.steps / edo_s,
+            "cartpole_steps_per_s": args.steps / cart_s,
+            "edo_over_cartpole": cart_s / edo_s,
+            "uninstrumented_us_per_step": 1e6 * edo_s / args.steps,
+            "instrumented_us_per_step": 1e6 * total_s / args.steps,
+            "us_per_step": us,
+            "calls_per_step": {key: timers.calls[key] / args.steps for key, _, _ in PARTS},
+            "forward_passes": timers.calls["forward"],
+            "index_queries": _index_queries(service) - queries0,
+        })  # fmt: skip
+        w = windows[-1]
+        print(
+            f"  repeat {r + 1}: EDO {w['edo_steps_per_s']:,.0f} steps/s ({w['uninstrumented_us_per_step']:.1f} us/step; "
+            f"{w['instrumented_us_per_step']:.1f} instrumented), CartPole {w['cartpole_steps_per_s']:,.0f} steps/s, "
+            f"ratio {w['edo_over_cartpole']:.3f}; {w['forward_passes']} forward passes, {w['index_queries']} index queries",
+            flush=True,
+        )
+
+    def med(get: Callable[[dict[str, Any]], float]) -> float:
+        return float(np.median([get(w) for w in windows]))
+
+    keys = [key for key, _, _ in PARTS] + ["harness"]
+    total = med(lambda w: w["instrumented_us_per_step"])
+    parts = {}
+    for key in keys:
+        us = med(lambda w, k=key: w["us_per_step"][k])
+        calls = med(lambda w, k=key: w["calls_per_step"].get(k, 1.0))
+        parts[key] = {
+            "us_per_step": us,
+            "share": us / total,
+            "calls_per_step": calls,
+            "us_per_call": us / calls if calls else None,
+        }
+    payload = {
+        "settings": vars(args),
+        "revision": git_revision(),
+        "edo_steps_per_s": med(lambda w: w["edo_steps_per_s"]),
+        "cartpole_steps_per_s": med(lambda w: w["cartpole_steps_per_s"]),
+        "edo_over_cartpole": med(lambda w: w["edo_over_cartpole"]),
+        "uninstrumented_us_per_step": med(lambda w: w["uninstrumented_us_per_step"]),
+        "instrumented_us_per_step": total,
+        "parts": parts,
+        "windows": windows,
+    }
+    m = machine_info()
+    descriptions = {key: (text, inside) for key, text, inside in PARTS}
+    descriptions["harness"] = ("harness and wrappers: the random legal draw, Gymnasium's wrappers (the rest)", "")
+    lines = [
+        "# Where a warm EDO-v0 step's time goes",
+        "",
+        f"Machine: {machine_line(m)}. Command: `python benchmarks/step_breakdown.py --steps {args.steps} --repeats "
+        f"{args.repeats} --warmup {args.warmup}` (revision {payload['revision']}). Medians over {args.repeats} windows of "
+        f"{args.steps:,} random legal steps after a {args.warmup:,}-step warm-up.",
+        "",
+        f"Uninstrumented: EDO-v0 {payload['edo_steps_per_s']:,.0f} steps/s ({payload['uninstrumented_us_per_step']:.1f} "
+        f"us a step), CartPole-v1 {payload['cartpole_steps_per_s']:,.0f} steps/s, ratio {payload['edo_over_cartpole']:.3f}. "
+        f"Instrumented: {total:.1f} us a step (the timers' own cost included). Per window: query forward passes "
+        f"{[w['forward_passes'] for w in windows]}, index queries {[w['index_queries'] for w in windows]}.",
+        "",
+        "| part (times include the parts called inside it) | called in | us per step | share | calls per step | us per call |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key in keys:
+        text, inside = descriptions[key]
+        p = parts[key]
+        per_call = f"{p['us_per_call']:,.1f}" if p["us_per_call"] is not None else "-"
+        lines.append(
+            f"| {text} | {inside} | {p['us_per_step']:.1f} | {100 * p['share']:.0f}% | {p['calls_per_step']:.3g} | {per_call} |"
+        )
+    out_dir = Path(args.out_dir) if args.out_dir else None
+    json_path, md_path = write_results("step_breakdown", payload, "\n".join(lines), out_dir=out_dir)
+    print("\n".join(lines))
+    print(f"wrote {json_path} and {md_path}")
+
+
+if __name__ == "__main__":
+    main()
