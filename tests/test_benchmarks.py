@@ -645,10 +645,18 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
     assert summarise_runs([record(1.0), record(1.02), record(4.5)])["collapsed_runs"] == 2
 
 
-def test_train_throughput_bad_input():
-    proc = subprocess.run([sys.executable, "benchmarks/train_throughput.py", "--repeats", "0"], cwd=REPO, capture_output=True,
-                          text=True)  # fmt: skip
-    assert proc.returncode != 0 and "--repeats must be >= 1" in proc.stderr
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        ("train_throughput", ["--repeats", "0"], "--repeats must be >= 1"),
+        ("ab_search_cache", ["--windows", "0"], "--windows must be >= 1"),
+        ("step_breakdown", ["--repeats", "0"], "--repeats must be >= 1"),
+        ("step_breakdown", ["--warmup", "-1"], "--warmup must be >= 0"),
+    ],
+)
+def test_speed_benchmarks_reject_bad_input(script, args, message):
+    proc = subprocess.run([sys.executable, f"benchmarks/{script}.py", *args], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode != 0 and message in proc.stderr
 
 
 @pytest.mark.slow
@@ -664,12 +672,6 @@ def test_train_throughput_tiny_run(tmp_path):
     assert data["train_over_env"]["median"] == pytest.approx(run["ratio"]) and data["target"] == 0.35
     assert "Command: `python benchmarks/train_throughput.py --repeats 1" in (tmp_path / "train_throughput.md").read_text()
     assert data["settings"]["no_reachable"] is True
-
-
-def test_ab_search_cache_bad_input():
-    proc = subprocess.run([sys.executable, "benchmarks/ab_search_cache.py", "--windows", "0"], cwd=REPO, capture_output=True,
-                          text=True)  # fmt: skip
-    assert proc.returncode != 0 and "--windows must be >= 1" in proc.stderr
 
 
 @pytest.mark.slow
@@ -698,14 +700,6 @@ def test_env_throughput_tiny_run(tmp_path):
     assert len(runs) == 2 and cold["make_reset_s"] == pytest.approx((runs[0] + runs[1]) / 2)
     assert {"median", "q25", "q75"} <= set(data["edo_over_cartpole"]) and "median" in data["first_50k_over_cartpole"]
     assert "--cold-repeats 2" in (tmp_path / "env_throughput.md").read_text()
-
-
-def test_step_breakdown_bad_input():
-    for args, message in ((["--repeats", "0"], "--repeats must be >= 1"), (["--warmup", "-1"], "--warmup must be >= 0")):
-        proc = subprocess.run(
-            [sys.executable, "benchmarks/step_breakdown.py", *args], cwd=REPO, capture_output=True, text=True
-        )
-        assert proc.returncode != 0 and message in proc.stderr
 
 
 @pytest.mark.slow
