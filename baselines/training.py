@@ -283,7 +283,9 @@ class TimeBreakdown:
     ``env_s``: every call into the training VecEnv (``step_async``/``step_wait``, ``reset``, ``env_method``: env steps,
     resets, action masks, queued starts); ``policy_s``: the policy's forward passes that pick actions in rollouts;
     ``update_s``: the algorithm's ``train()`` (the gradient update); ``rollout_other_s``: the rest of the rollouts
-    (buffers, advantages, callbacks); ``other_s``: the rest of ``learn`` (set-up, logging).
+    (buffers, advantages, callbacks); ``other_s``: the rest of ``learn`` (set-up, logging). ``env_steps``: the env steps
+    taken in rollouts (vector steps x envs), recorded or not: GRPO and GiGPO step every env of the VecEnv, also those
+    left idle at the end of a rollout while its last episodes finish, so they can take more than ``num_timesteps``.
     """
 
     total_s: float = 0.0
@@ -294,6 +296,7 @@ class TimeBreakdown:
     policy_s: float = 0.0
     update_s: float = 0.0
     rollout_s: float = 0.0
+    env_steps: int = 0
 
     @property
     def rollout_other_s(self) -> float:
@@ -312,6 +315,7 @@ class TimeBreakdown:
             "update_s": self.update_s,
             "rollout_other_s": self.rollout_other_s,
             "other_s": self.other_s,
+            "env_steps": self.env_steps,
         }
 
     def summary(self) -> str:
@@ -376,6 +380,13 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
 
     for name in ("step_async", "step_wait", "reset", "env_method"):
         wrap(env, name, "env_s", only_in_rollout=True)
+    timed_step_wait = env.step_wait
+
+    def counted_step_wait(*args: Any, **kwargs: Any) -> Any:  # every env takes a step, recorded or not
+        times.env_steps += env.num_envs
+        return timed_step_wait(*args, **kwargs)
+
+    env.step_wait = counted_step_wait  # type: ignore[method-assign]  (removed with the timer: one instance attribute)
     wrap(model.policy, "forward", "policy_s", only_in_rollout=True)
     wrap(model, "train", "update_s")
     model.collect_rollouts = collect_rollouts  # type: ignore[method-assign]

@@ -252,10 +252,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         print(f"Where the training time went: {format_time_breakdown(result.time_breakdown)}", flush=True)
         env_s, total_s = result.time_breakdown.get("env_s", 0.0), result.time_breakdown.get("total_s", 0.0)
+        recorded = result.num_timesteps
+        env_steps = max(int(result.time_breakdown.get("env_steps", 0)), recorded)
+        if env_steps > recorded:  # GRPO/GiGPO step every env, also those idle at the end of a rollout
+            idle = env_steps - recorded
+            print(
+                f"The training envs took {env_steps:,} steps for {recorded:,} recorded ones: {idle:,} ({idle / env_steps:.0%}) "
+                "were steps of envs left idle at the end of a rollout while its last episodes finished",
+                flush=True,
+            )
         if env_s > 0 and total_s > 0:  # the env's own rate in this run: its steps over the time spent inside the VecEnv
             print(
-                f"The training envs stepped at {result.num_timesteps / env_s:.0f} steps/s on their own; training ran at "
-                f"{env_s / total_s:.2f}x that rate",
+                f"The training envs stepped at {env_steps / env_s:.0f} steps/s on their own; training ran at "
+                f"{(recorded / total_s) / (env_steps / env_s):.2f}x that rate",
                 flush=True,
             )
     if result.results:

@@ -112,7 +112,9 @@ def test_train_save_evaluate_round_trip(algo, tmp_path):
     times = result.time_breakdown
     assert summary["time_breakdown"] == pytest.approx(times)
     parts = ("env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s")
-    assert set(times) == {"total_s", "process_cpu_s", *parts} and times["process_cpu_s"] > 0
+    assert set(times) == {"total_s", "process_cpu_s", "env_steps", *parts} and times["process_cpu_s"] > 0
+    # every env steps in every vector step: as many env steps as recorded ones (PPO), or more (GRPO's idle envs)
+    assert times["env_steps"] % cfg.n_envs == 0 and times["env_steps"] >= result.num_timesteps
     assert all(times[k] > 0 for k in ("env_s", "policy_inference_s", "update_s")), times
     assert sum(times[k] for k in parts) == pytest.approx(times["total_s"], rel=1e-6)
     assert times["total_s"] <= result.train_wall_s
