@@ -29,7 +29,7 @@ import json
 import os
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -378,15 +378,23 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
             in_rollout[0] = False
             times.rollout_s += time.perf_counter() - t
 
-    for name in ("step_async", "step_wait", "reset", "env_method"):
+    names = ("step_async", "step_wait", "reset", "env_method") + (("step_some",) if hasattr(env, "step_some") else ())
+    for name in names:
         wrap(env, name, "env_s", only_in_rollout=True)
-    timed_step_wait = env.step_wait
+    timed_step_wait, timed_step_some = env.step_wait, getattr(env, "step_some", None)
 
     def counted_step_wait(*args: Any, **kwargs: Any) -> Any:  # every env takes a step, recorded or not
         times.env_steps += env.num_envs
         return timed_step_wait(*args, **kwargs)
 
-    env.step_wait = counted_step_wait  # type: ignore[method-assign]  (removed with the timer: one instance attribute)
+    def counted_step_some(actions: Any, indices: Sequence[int]) -> Any:
+        times.env_steps += len(indices)
+        return timed_step_some(actions, indices)
+
+    # (removed with the timers: instance attributes)
+    env.step_wait = counted_step_wait  # type: ignore[method-assign]
+    if timed_step_some is not None:
+        env.step_some = counted_step_some  # type: ignore[attr-defined]
     wrap(model.policy, "forward", "policy_s", only_in_rollout=True)
     wrap(model, "train", "update_s")
     model.collect_rollouts = collect_rollouts  # type: ignore[method-assign]
@@ -470,7 +478,8 @@ def _edo_ids() -> list[str]:
 
 
 class FreshInfoDummyVecEnv(DummyVecEnv):
-    """``DummyVecEnv`` whose ``step_wait`` returns the step's info dicts as the envs made them, not a deep copy.
+    """``DummyVecEnv`` whose ``step_wait`` returns the step's info dicts as the envs made them, not a deep copy, and
+    that can step some of its envs only (:meth:`step_some`).
 
     ``DummyVecEnv`` deep-copies the list of infos on every step (in case an env reuses or later changes an info it
     returned). An EDO env builds every info, and every value in it, anew on each step and never touches it again
@@ -493,6 +502,35 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
                 obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
             self._save_obs(env_idx, obs)
         return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), list(self.buf_infos)
+
+    def step_some(self, actions: np.ndarray, indices: Sequence[int]) -> Any:
+        """Step only the envs in ``indices`` (env ``i`` with ``actions[i]``; an env that ends is reset as ``step``
+        does); the others do not move: their observation row keeps its value, and they return reward 0, done False
+        and an empty info.
+
+        GRPO and GiGPO use it for the envs left idle at the end of a rollout, whose steps are never recorded: every
+        episode they record starts with a seeded reset, and an EDO episode started with a seed does not depend on what
+        the env did before (tested: the same training with and without it gives the same parameters).
+        """
+        rewards = np.zeros(self.num_envs, dtype=self.buf_rews.dtype)
+        dones = np.zeros(self.num_envs, dtype=bool)
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        for env_idx in indices:
+            obs, self.buf_rews[env_idx], terminated, truncated, self.buf_infos[env_idx] = self.envs[env_idx].step(
+                actions[env_idx]
+            )
+            self.buf_dones[env_idx] = terminated or truncated
+            self.buf_infos[env_idx]["TimeLimit.truncated"] = truncated and not terminated
+            if self.buf_dones[env_idx]:
+                self.buf_infos[env_idx]["terminal_observation"] = obs
+                obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
+            self._save_obs(env_idx, obs)
+            rewards[env_idx], dones[env_idx], infos[env_idx] = (
+                self.buf_rews[env_idx],
+                self.buf_dones[env_idx],
+                self.buf_infos[env_idx],
+            )
+        return self._obs_from_buf(), rewards, dones, infos
 
     def _obs_from_buf(self) -> Any:
         # DummyVecEnv's deepcopy of the dict of observation buffers, as one copy per array (the same arrays, values and

@@ -19,6 +19,7 @@ from baselines.training import (  # noqa: E402
     FreshInfoDummyVecEnv,
     RecordedStepsProgressBar,
     TrainConfig,
+    TrainResult,
     evaluate_saved,
     infer_algo,
     load_model,
@@ -332,3 +333,41 @@ def test_cli_evaluate_missing_model(tmp_path, capsys):
     rc = main(["evaluate", str(tmp_path / "nope.zip"), "--algo", "grpo", "--episodes", "2"])
     assert rc == 2
     assert "no saved model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gigpo"])
+def test_idle_envs_left_where_they_are_train_the_same_parameters(algo, tmp_path, monkeypatch):
+    """``FreshInfoDummyVecEnv.step_some``: the envs idle at the end of a rollout no longer step, and training is the
+    same to the bit (every recorded episode starts with a seeded reset; idle rows still go through the policy, so torch
+    draws as many random numbers)."""
+    kwargs = dict(TINY, total_timesteps=900, n_envs=4, group_size=4, groups_per_rollout=3, eval_episodes=0)
+
+    def run(name: str) -> tuple[dict, TrainResult]:
+        cfg = TrainConfig(algo=algo, env_id="EDO-v0", seed=5, output_dir=str(tmp_path / name), **kwargs)
+        model, result = train(cfg)
+        return {k: v.detach().clone() for k, v in model.policy.state_dict().items()}, result
+
+    params, result = run("some")
+    monkeypatch.delattr(FreshInfoDummyVecEnv, "step_some")
+    params_all, result_all = run("all")
+    assert result.num_timesteps == result_all.num_timesteps
+    assert params.keys() == params_all.keys() and all(th.equal(params[k], params_all[k]) for k in params)
+    # the idle envs' steps are gone: every env step taken is a recorded one (nothing was queued on an idle env)
+    assert result.time_breakdown["env_steps"] == result.num_timesteps < result_all.time_breakdown["env_steps"]
+
+
+def test_step_some_steps_only_the_envs_named(small_world_kwargs):
+    import gymnasium as gym
+
+    venv = FreshInfoDummyVecEnv([lambda: gym.make("EDO-v0", **small_world_kwargs) for _ in range(3)])
+    venv.seed(1)
+    obs = venv.reset()
+    before = {k: v.copy() for k, v in obs.items()}
+    steps_before = [e.unwrapped.steps for e in venv.envs]
+    submit = venv.envs[0].unwrapped.A_SUBMIT
+    obs, rewards, dones, infos = venv.step_some(np.array([submit, submit, submit]), [1])
+    assert [e.unwrapped.steps for e in venv.envs] == [steps_before[0], 0, steps_before[2]]  # env 1 ended and reset
+    assert dones.tolist() == [False, True, False] and rewards[0] == rewards[2] == 0.0 and infos[0] == infos[2] == {}
+    assert "terminal_observation" in infos[1] and infos[1]["episode_stats"]["ended"]
+    for key in obs:
+        assert np.array_equal(obs[key][[0, 2]], before[key][[0, 2]])

@@ -828,6 +828,9 @@ class GRPO(OnPolicyAlgorithm):
         n_envs = env.num_envs
         use_masking = self._use_masking_now
         can_reset_one = env.unwrapped is env
+        # A VecEnv that can step some of its envs only (``step_some``, e.g. the one ``edo train`` builds for EDO ids)
+        # leaves the envs idle at the end of a rollout where they are: their steps are never recorded
+        step_some = getattr(env, "step_some", None) if can_reset_one else None
         # The recorded envs' observations (and masks) are copied once per vectorized step into row stores; an episode
         # keeps its row numbers, and the buffer gathers all episodes' rows in one go when the rollout is complete
         obs_store, mask_store = StepStore(), StepStore()
@@ -858,7 +861,11 @@ class GRPO(OnPolicyAlgorithm):
             if isinstance(self.action_space, spaces.Box):
                 clipped_actions = np.clip(step_actions, self.action_space.low, self.action_space.high)
 
-            step_obs, step_rewards, step_dones, step_infos = env.step(clipped_actions)
+            if step_some is not None and not active.all():
+                moving = [i for i in range(n_envs) if slots[i].member is not None or slots[i].queued]
+                step_obs, step_rewards, step_dones, step_infos = step_some(clipped_actions, moving)
+            else:
+                step_obs, step_rewards, step_dones, step_infos = env.step(clipped_actions)
 
             self.num_timesteps += len(recorded)
             # Callbacks see the recorded envs only (SB3's names, restricted to those envs)
