@@ -652,6 +652,8 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("ab_search_cache", ["--windows", "0"], "--windows must be >= 1"),
         ("step_breakdown", ["--repeats", "0"], "--repeats must be >= 1"),
         ("step_breakdown", ["--warmup", "-1"], "--warmup must be >= 0"),
+        ("ab_idle_envs", ["--repeats", "0"], "--repeats must be >= 1"),
+        ("ab_idle_envs", ["--timesteps", "0"], "--timesteps must be >= 1"),
     ],
 )
 def test_speed_benchmarks_reject_bad_input(script, args, message):
@@ -744,3 +746,14 @@ def test_part_timers_come_off_and_leave_the_trajectory_unchanged(small_world_kwa
         return out
 
     assert run(True) == run(False)
+
+
+@pytest.mark.slow
+def test_ab_idle_envs_tiny_run(tmp_path):
+    """One (off, on) pair: with idle envs left where they are, fewer env steps for the same recorded steps."""
+    run_script(["benchmarks/ab_idle_envs.py", "--repeats", "1", "--timesteps", "2000", "--out-dir", str(tmp_path)],
+               timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "ab_idle_envs.json").read_text())
+    (off,), (on,) = data["runs"]["off"], data["runs"]["on"]
+    assert off["steps"] == on["steps"] and on["env_steps"] == on["steps"] < off["env_steps"]
+    assert "| on / off |" in (tmp_path / "ab_idle_envs.md").read_text()
