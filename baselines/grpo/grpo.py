@@ -213,7 +213,10 @@ class GRPO(OnPolicyAlgorithm):
     reset would bypass it. With ``refill_envs=True`` (default) an env whose episode ends starts the next member
     at once; otherwise collection runs in synchronous waves of ``n_envs`` members. Steps of envs that have no
     member (the auto-reset episodes of envs waiting for the rollout to end) are never recorded, counted in
-    ``num_timesteps``, reported to ``ep_info_buffer`` nor shown to callbacks.
+    ``num_timesteps``, reported to ``ep_info_buffer`` nor shown to callbacks. A VecEnv (not a VecEnvWrapper) with a
+    ``step_some(actions, indices)`` method, which steps only the envs named (as ``edo train``'s VecEnv for EDO ids
+    does), is used to leave such idle envs where they are: every recorded episode starts with a seeded reset and the
+    policy still samples for every env, so the recorded data is the same, for less work.
 
     **Callbacks** are called once per vectorized step and see only the recorded envs: in ``self.locals``,
     ``infos``, ``dones``, ``rewards``, ``actions`` and ``new_obs`` hold the recorded envs' entries (in env order),
