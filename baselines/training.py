@@ -489,18 +489,20 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
     ``DummyVecEnv``'s (tested); ``make_train_env`` uses it for EDO ids only.
     """
 
+    def _step_one(self, env_idx: int, action: Any) -> None:
+        """DummyVecEnv's step of env ``env_idx`` (stable-baselines3 2.x), its auto-reset included, into the buffers."""
+        obs, self.buf_rews[env_idx], terminated, truncated, self.buf_infos[env_idx] = self.envs[env_idx].step(action)
+        self.buf_dones[env_idx] = terminated or truncated
+        self.buf_infos[env_idx]["TimeLimit.truncated"] = truncated and not terminated
+        if self.buf_dones[env_idx]:
+            self.buf_infos[env_idx]["terminal_observation"] = obs
+            obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
+        self._save_obs(env_idx, obs)
+
     def step_wait(self) -> Any:
         # DummyVecEnv.step_wait (stable-baselines3 2.x) without the final deepcopy of the infos
         for env_idx in range(self.num_envs):
-            obs, self.buf_rews[env_idx], terminated, truncated, self.buf_infos[env_idx] = self.envs[env_idx].step(
-                self.actions[env_idx]
-            )
-            self.buf_dones[env_idx] = terminated or truncated
-            self.buf_infos[env_idx]["TimeLimit.truncated"] = truncated and not terminated
-            if self.buf_dones[env_idx]:
-                self.buf_infos[env_idx]["terminal_observation"] = obs
-                obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
-            self._save_obs(env_idx, obs)
+            self._step_one(env_idx, self.actions[env_idx])
         return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), list(self.buf_infos)
 
     def step_some(self, actions: np.ndarray, indices: Sequence[int]) -> Any:
@@ -516,15 +518,7 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
         dones = np.zeros(self.num_envs, dtype=bool)
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for env_idx in indices:
-            obs, self.buf_rews[env_idx], terminated, truncated, self.buf_infos[env_idx] = self.envs[env_idx].step(
-                actions[env_idx]
-            )
-            self.buf_dones[env_idx] = terminated or truncated
-            self.buf_infos[env_idx]["TimeLimit.truncated"] = truncated and not terminated
-            if self.buf_dones[env_idx]:
-                self.buf_infos[env_idx]["terminal_observation"] = obs
-                obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
-            self._save_obs(env_idx, obs)
+            self._step_one(env_idx, actions[env_idx])
             rewards[env_idx], dones[env_idx], infos[env_idx] = (
                 self.buf_rews[env_idx],
                 self.buf_dones[env_idx],
