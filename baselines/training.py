@@ -29,7 +29,7 @@ import json
 import os
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -350,13 +350,18 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
     times = TimeBreakdown()
     patched: list[tuple[Any, str]] = []
 
-    def wrap(obj: Any, name: str, field_name: str, only_in_rollout: bool = False) -> None:
+    def wrap(
+        obj: Any, name: str, field_name: str, only_in_rollout: bool = False, env_steps: Callable[..., int] | None = None
+    ) -> None:
+        """Time ``obj.name`` into ``field_name``; ``env_steps(*args)``: the env steps that call takes, if it steps."""
         inner = getattr(obj, name)
 
         @functools.wraps(inner)
         def timed(*args: Any, **kwargs: Any) -> Any:
             if only_in_rollout and not in_rollout[0]:
                 return inner(*args, **kwargs)
+            if env_steps is not None:
+                times.env_steps += env_steps(*args)
             t = time.perf_counter()
             try:
                 return inner(*args, **kwargs)
@@ -378,23 +383,12 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
             in_rollout[0] = False
             times.rollout_s += time.perf_counter() - t
 
-    names = ("step_async", "step_wait", "reset", "env_method") + (("step_some",) if hasattr(env, "step_some") else ())
-    for name in names:
+    for name in ("step_async", "reset", "env_method"):
         wrap(env, name, "env_s", only_in_rollout=True)
-    timed_step_wait, timed_step_some = env.step_wait, getattr(env, "step_some", None)
-
-    def counted_step_wait(*args: Any, **kwargs: Any) -> Any:  # every env takes a step, recorded or not
-        times.env_steps += env.num_envs
-        return timed_step_wait(*args, **kwargs)
-
-    def counted_step_some(actions: Any, indices: Sequence[int]) -> Any:
-        times.env_steps += len(indices)
-        return timed_step_some(actions, indices)
-
-    # (removed with the timers: instance attributes)
-    env.step_wait = counted_step_wait  # type: ignore[method-assign]
-    if timed_step_some is not None:
-        env.step_some = counted_step_some  # type: ignore[attr-defined]
+    # every env takes a step in step_wait, recorded or not; step_some (if the VecEnv has it) steps the envs it names
+    wrap(env, "step_wait", "env_s", only_in_rollout=True, env_steps=lambda: env.num_envs)
+    if hasattr(env, "step_some"):
+        wrap(env, "step_some", "env_s", only_in_rollout=True, env_steps=lambda actions, indices: len(indices))
     wrap(model.policy, "forward", "policy_s", only_in_rollout=True)
     wrap(model, "train", "update_s")
     model.collect_rollouts = collect_rollouts  # type: ignore[method-assign]
