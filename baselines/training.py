@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import json
 import os
 import time
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch as th  # noqa: E402
 from stable_baselines3.common.base_class import BaseAlgorithm  # noqa: E402
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv  # noqa: E402
 from stable_baselines3.common.vec_env.util import dict_to_obs  # noqa: E402
@@ -53,7 +55,7 @@ from baselines.evaluation import (  # noqa: E402
     heldout_task_ids,
     make_eval_env,
 )
-from baselines.grpo.callbacks import RecordedStepsProgressBar  # noqa: E402
+from baselines.grpo.callbacks import FreezeGCCallback, RecordedStepsProgressBar  # noqa: E402
 from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
 from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
 
@@ -159,6 +161,10 @@ class TrainConfig:
     #: Also evaluate the four heuristic policies on the same tasks (the comparison table).
     eval_heuristics: bool = True
     progress_bar: bool = True
+    #: ``gc.freeze()`` at the start of training and of each rollout (:class:`~baselines.grpo.callbacks.FreezeGCCallback`):
+    #: the garbage collector's full collections then skip what earlier rollouts left (the world, torch, the embedding
+    #: model and the envs' growing memo tables). Results are the same either way.
+    gc_freeze: bool = True
     verbose: int = 0
     #: ``"dummy"`` (one process: envs share the embedding model) or ``"subproc"`` (one process per env, ~5 s each).
     vec_env: str = "dummy"
@@ -232,6 +238,7 @@ class TrainConfig:
         need(self.loss_type in LOSS_TYPES, f"loss_type must be one of {list(LOSS_TYPES)}, got {self.loss_type!r}")
         need(self.filter_on in FILTER_ON, f"filter_on must be one of {list(FILTER_ON)}, got {self.filter_on!r}")
         need(isinstance(self.dynamic_sampling, bool), f"dynamic_sampling must be a bool, got {self.dynamic_sampling!r}")
+        need(isinstance(self.gc_freeze, bool), f"gc_freeze must be a bool, got {self.gc_freeze!r}")
         need(
             is_num(self.step_advantage_weight) and self.step_advantage_weight >= 0,
             f"step_advantage_weight must be >= 0, got {self.step_advantage_weight!r}",
@@ -297,6 +304,8 @@ class TimeBreakdown:
     update_s: float = 0.0
     rollout_s: float = 0.0
     env_steps: int = 0
+    gc_s: float = 0.0
+    gc_collections: int = 0
 
     @property
     def rollout_other_s(self) -> float:
@@ -316,6 +325,8 @@ class TimeBreakdown:
             "rollout_other_s": self.rollout_other_s,
             "other_s": self.other_s,
             "env_steps": self.env_steps,
+            "gc_s": self.gc_s,
+            "gc_collections": self.gc_collections,
         }
 
     def summary(self) -> str:
@@ -388,17 +399,28 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
     # every env takes a step in step_wait, recorded or not; step_some (if the VecEnv has it) steps the envs it names
     wrap(env, "step_wait", "env_s", only_in_rollout=True, env_steps=lambda: env.num_envs)
     if hasattr(env, "step_some"):
-        wrap(env, "step_some", "env_s", only_in_rollout=True, env_steps=lambda actions, indices: len(indices))
+        wrap(env, "step_some", "env_s", only_in_rollout=True, env_steps=lambda actions, indices, **_: len(indices))
     wrap(model.policy, "forward", "policy_s", only_in_rollout=True)
     wrap(model, "train", "update_s")
     model.collect_rollouts = collect_rollouts  # type: ignore[method-assign]
     patched.append((model, "collect_rollouts"))
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            times.gc_s += time.perf_counter() - gc_start[0]
+            times.gc_collections += 1
+
+    gc.callbacks.append(on_gc)
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         yield times
     finally:
         times.total_s = time.perf_counter() - t0
         times.process_cpu_s = time.process_time() - cpu0
+        gc.callbacks.remove(on_gc)
         for obj, name in patched:  # instance attributes only: the class methods show through again
             with contextlib.suppress(AttributeError):
                 delattr(obj, name)
@@ -483,14 +505,28 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
     ``DummyVecEnv``'s (tested); ``make_train_env`` uses it for EDO ids only.
     """
 
-    def _step_one(self, env_idx: int, action: Any) -> None:
-        """DummyVecEnv's step of env ``env_idx`` (stable-baselines3 2.x), its auto-reset included, into the buffers."""
-        obs, self.buf_rews[env_idx], terminated, truncated, self.buf_infos[env_idx] = self.envs[env_idx].step(action)
+    def __init__(self, env_fns: list[Callable[[], gym.Env]]):
+        super().__init__(env_fns)
+        #: envs whose episode ended in ``step_some(..., hold=...)`` without the auto-reset (see there)
+        self._held: set[int] = set()
+
+    def _step_one(self, env_idx: int, action: Any, hold: bool = False) -> None:
+        """DummyVecEnv's step of env ``env_idx`` (stable-baselines3 2.x), its auto-reset included unless ``hold``, into
+        the buffers."""
+        env = self.envs[env_idx]
+        if env_idx in self._held:  # an env held at its episode's end, stepped again: start an episode first
+            self._held.discard(env_idx)
+            _, self.reset_infos[env_idx] = env.reset()
+        obs, self.buf_rews[env_idx], terminated, truncated, self.buf_infos[env_idx] = env.step(action)
         self.buf_dones[env_idx] = terminated or truncated
         self.buf_infos[env_idx]["TimeLimit.truncated"] = truncated and not terminated
         if self.buf_dones[env_idx]:
             self.buf_infos[env_idx]["terminal_observation"] = obs
-            obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
+            if hold:
+                self._held.add(env_idx)
+                self.reset_infos[env_idx] = {}
+            else:
+                obs, self.reset_infos[env_idx] = env.reset()
         self._save_obs(env_idx, obs)
 
     def step_wait(self) -> Any:
@@ -499,7 +535,7 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
             self._step_one(env_idx, self.actions[env_idx])
         return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), list(self.buf_infos)
 
-    def step_some(self, actions: np.ndarray, indices: Sequence[int]) -> Any:
+    def step_some(self, actions: np.ndarray, indices: Sequence[int], hold: Collection[int] = ()) -> Any:
         """Step only the envs in ``indices`` (env ``i`` with ``actions[i]``; an env that ends is reset as ``step``
         does); the others do not move: their observation row keeps its value, and they return reward 0, done False
         and an empty info.
@@ -507,18 +543,33 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
         GRPO and GiGPO use it for the envs left idle at the end of a rollout, whose steps are never recorded: every
         episode they record starts with a seeded reset, and an EDO episode started with a seed does not depend on what
         the env did before (tested: the same training with and without it gives the same parameters).
+
+        :param hold: Envs (of ``indices``) whose auto-reset is skipped if their episode ends now: their observation row
+            shows the terminal observation and their ``reset_infos`` entry is empty. Such an env starts an episode (an
+            unseeded reset) before its next step, unless ``reset`` or ``env_method("reset", ...)`` starts one first.
+            GRPO holds the envs with no start queued: the auto-reset's episode would never be recorded.
         """
+        hold = set(hold)
         rewards = np.zeros(self.num_envs, dtype=self.buf_rews.dtype)
         dones = np.zeros(self.num_envs, dtype=bool)
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for env_idx in indices:
-            self._step_one(env_idx, actions[env_idx])
+            self._step_one(env_idx, actions[env_idx], hold=env_idx in hold)
             rewards[env_idx], dones[env_idx], infos[env_idx] = (
                 self.buf_rews[env_idx],
                 self.buf_dones[env_idx],
                 self.buf_infos[env_idx],
             )
         return self._obs_from_buf(), rewards, dones, infos
+
+    def reset(self) -> Any:
+        self._held.clear()
+        return super().reset()
+
+    def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> list[Any]:
+        if method_name == "reset":  # an env reset this way is no longer held
+            self._held.difference_update(self._get_indices(indices))
+        return super().env_method(method_name, *method_args, indices=indices, **method_kwargs)
 
     def _obs_from_buf(self) -> Any:
         # DummyVecEnv's deepcopy of the dict of observation buffers, as one copy per array (the same arrays, values and
@@ -654,13 +705,20 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
     try:
         model = make_algo(cfg, env)
         t0 = time.perf_counter()
-        with timed_learning(model, env) as times:
-            # progress_bar: SB3's bar, counting recorded steps (see RecordedStepsProgressBar)
-            model.learn(
-                total_timesteps=cfg.total_timesteps,
-                callback=RecordedStepsProgressBar() if cfg.progress_bar else None,
-                tb_log_name=f"{cfg.algo}_{cfg.env_id}",
-            )
+        # progress_bar: SB3's bar, counting recorded steps (see RecordedStepsProgressBar)
+        callbacks: list[BaseCallback] = [RecordedStepsProgressBar()] if cfg.progress_bar else []
+        if cfg.gc_freeze:
+            callbacks.append(FreezeGCCallback())
+        try:
+            with timed_learning(model, env) as times:
+                model.learn(
+                    total_timesteps=cfg.total_timesteps,
+                    callback=CallbackList(callbacks) if callbacks else None,
+                    tb_log_name=f"{cfg.algo}_{cfg.env_id}",
+                )
+        finally:
+            if cfg.gc_freeze:
+                gc.unfreeze()  # also if learn raised (the callback's training end did not run)
         train_wall_s = time.perf_counter() - t0
     finally:
         env.close()

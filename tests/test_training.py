@@ -113,7 +113,8 @@ def test_train_save_evaluate_round_trip(algo, tmp_path):
     times = result.time_breakdown
     assert summary["time_breakdown"] == pytest.approx(times)
     parts = ("env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s")
-    assert set(times) == {"total_s", "process_cpu_s", "env_steps", *parts} and times["process_cpu_s"] > 0
+    assert set(times) == {"total_s", "process_cpu_s", "env_steps", "gc_s", "gc_collections", *parts}
+    assert times["process_cpu_s"] > 0 and 0.0 <= times["gc_s"] <= times["total_s"] and times["gc_collections"] >= 0
     # every env steps in every vector step: as many env steps as recorded ones (PPO), or more (GRPO's idle envs)
     assert times["env_steps"] % cfg.n_envs == 0 and times["env_steps"] >= result.num_timesteps
     assert all(times[k] > 0 for k in ("env_s", "policy_inference_s", "update_s")), times
@@ -347,13 +348,92 @@ def test_idle_envs_left_where_they_are_train_the_same_parameters(algo, tmp_path,
         model, result = train(cfg)
         return {k: v.detach().clone() for k, v in model.policy.state_dict().items()}, result
 
+    from edo_gym.envs.edo_env import EDOEnv
+
+    resets = {"n": 0}
+    reset = EDOEnv.reset
+
+    def counted_reset(self, **kwargs):
+        resets["n"] += 1
+        return reset(self, **kwargs)
+
+    monkeypatch.setattr(EDOEnv, "reset", counted_reset)
     params, result = run("some")
+    resets_some = resets["n"]
+    resets["n"] = 0
     monkeypatch.delattr(FreshInfoDummyVecEnv, "step_some")
     params_all, result_all = run("all")
     assert result.num_timesteps == result_all.num_timesteps
     assert params.keys() == params_all.keys() and all(th.equal(params[k], params_all[k]) for k in params)
     # the idle envs' steps are gone: every env step taken is a recorded one (nothing was queued on an idle env)
     assert result.time_breakdown["env_steps"] == result.num_timesteps < result_all.time_breakdown["env_steps"]
+    # and so are the auto-resets of envs with no start queued (held at their episode's end): fewer resets in all
+    assert resets_some < resets["n"]
+
+
+def test_gc_freeze_trains_the_same_parameters_and_unfreezes(tmp_path, monkeypatch):
+    """``TrainConfig.gc_freeze``: the collector skips what earlier rollouts left while training, and nothing else
+    changes; everything is handed back to the collector afterwards."""
+    import gc
+
+    from baselines.grpo.callbacks import FreezeGCCallback
+
+    frozen_at_rollout = []
+    on_rollout_start = FreezeGCCallback._on_rollout_start
+
+    def spy(self):
+        on_rollout_start(self)
+        frozen_at_rollout.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(FreezeGCCallback, "_on_rollout_start", spy)
+    kwargs = dict(TINY, total_timesteps=600, n_envs=2, group_size=2, groups_per_rollout=2, eval_episodes=0, seed=3)
+    runs = {}
+    for freeze in (True, False):
+        cfg = TrainConfig(algo="grpo", env_id="EDO-v0", gc_freeze=freeze, output_dir=str(tmp_path / str(freeze)), **kwargs)
+        model, result = train(cfg)
+        runs[freeze] = ({k: v.detach().clone() for k, v in model.policy.state_dict().items()}, result)
+        assert gc.get_freeze_count() == 0
+        assert result.time_breakdown["gc_collections"] >= 0 and result.time_breakdown["gc_s"] >= 0.0
+    assert len(frozen_at_rollout) >= 2 and all(n > 0 for n in frozen_at_rollout)  # only the gc_freeze run froze
+    (params, result), (params_off, result_off) = runs[True], runs[False]
+    assert result.num_timesteps == result_off.num_timesteps
+    assert all(th.equal(params[k], params_off[k]) for k in params)
+    with pytest.raises(ValueError, match="gc_freeze must be a bool"):
+        TrainConfig(gc_freeze="yes").validate()
+
+
+def test_step_some_can_hold_an_env_at_its_episode_end(small_world_kwargs):
+    """``step_some(..., hold=...)``: an env that ends is not auto-reset; it starts an episode before its next step,
+    unless a reset (of the VecEnv, or of that env through ``env_method``) starts one first."""
+    import gymnasium as gym
+
+    venv = FreshInfoDummyVecEnv([lambda: gym.make("EDO-v0", **small_world_kwargs) for _ in range(3)])
+    venv.seed(1)
+    venv.reset()
+    base = [e.unwrapped for e in venv.envs]
+    submit = base[0].A_SUBMIT
+    actions = np.array([submit] * 3)
+    obs, rewards, dones, infos = venv.step_some(actions, [0, 1], hold=[1])
+    assert dones.tolist() == [True, True, False]
+    assert base[0].steps == 0 and base[1].steps == 1 and base[1]._ended  # env 0 was reset, env 1 held
+    assert venv.reset_infos[1] == {} and "task_id" in venv.reset_infos[0]
+    for key in obs:  # the held env's row is its terminal observation
+        assert np.array_equal(obs[key][1], infos[1]["terminal_observation"][key])
+    # stepped again, the held env starts an episode first (an unseeded reset), then takes the step
+    obs, rewards, dones, infos = venv.step_some(actions, [1])
+    assert dones.tolist() == [False, True, False] and infos[1]["episode_stats"]["ended"] and base[1].steps == 0
+    assert "task_id" in venv.reset_infos[1]
+    # a reset through env_method ends the hold: the next step is that episode's first
+    venv.step_some(actions, [2], hold=[2])
+    obs2, _ = venv.env_method("reset", seed=7, indices=[2])[0]
+    steps_before = base[2].steps
+    venv.step_some(np.array([0, 0, base[2].A_VERIFY]), [2])
+    assert steps_before == 0 and base[2].steps == 1
+    # and so does VecEnv.reset
+    venv.step_some(actions, [0], hold=[0])
+    venv.reset()
+    assert all(e.steps == 0 for e in base) and not venv._held
+    venv.close()
 
 
 def test_step_some_steps_only_the_envs_named(small_world_kwargs):

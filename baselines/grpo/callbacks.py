@@ -1,6 +1,8 @@
-"""Callbacks that fit GRPO's episode-based collection."""
+"""Callbacks that fit GRPO's episode-based collection, and one that keeps the garbage collector's pauses short."""
 
-from stable_baselines3.common.callbacks import ProgressBarCallback
+import gc
+
+from stable_baselines3.common.callbacks import BaseCallback, ProgressBarCallback
 
 
 class RecordedStepsProgressBar(ProgressBarCallback):
@@ -22,3 +24,31 @@ class RecordedStepsProgressBar(ProgressBarCallback):
         if done > self.pbar.n:
             self.pbar.update(done - self.pbar.n)
         return True
+
+
+class FreezeGCCallback(BaseCallback):
+    """
+    ``gc.freeze()`` at the start of training and of every rollout, ``gc.unfreeze()`` at the end of training.
+
+    CPython's full collections scan every object the collector tracks, and run each time the objects that survived
+    younger collections grow by a quarter. A training run keeps what it builds: the envs' memo tables grow step by step
+    next to the ~500k objects of the world, torch and the embedding model (EDO-v0), so each full collection costs more
+    (0.3 s on 2 cores by the end of ``make train``, which had 7). Frozen objects are skipped, so a full collection only
+    sees what the current rollout made.
+
+    Objects that die are freed by reference counting as usual; only reference cycles that were already garbage when a
+    rollout starts wait until training ends (then ``unfreeze`` hands everything back to the oldest generation). Results
+    are unchanged. It works with any SB3 algorithm.
+    """
+
+    def _on_training_start(self) -> None:
+        gc.freeze()
+
+    def _on_rollout_start(self) -> None:
+        gc.freeze()
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_training_end(self) -> None:
+        gc.unfreeze()

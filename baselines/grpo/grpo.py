@@ -1,8 +1,10 @@
 """Group Relative Policy Optimization (GRPO) as a Stable-Baselines3 on-policy algorithm."""
 
 import copy
+import inspect
 import warnings
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Self
 
@@ -832,8 +834,11 @@ class GRPO(OnPolicyAlgorithm):
         use_masking = self._use_masking_now
         can_reset_one = env.unwrapped is env
         # A VecEnv that can step some of its envs only (``step_some``, e.g. the one ``edo train`` builds for EDO ids)
-        # leaves the envs idle at the end of a rollout where they are: their steps are never recorded
+        # leaves the envs idle at the end of a rollout where they are: their steps are never recorded. If it can also
+        # hold an env at its episode's end (``hold``), the envs with no start queued skip the auto-reset: its episode
+        # would never be recorded either (a recorded episode starts with a seeded reset, queued or explicit)
         step_some = getattr(env, "step_some", None) if can_reset_one else None
+        can_hold = step_some is not None and _accepts_keyword(step_some, "hold")
         # The recorded envs' observations (and masks) are copied once per vectorized step into row stores; an episode
         # keeps its row numbers, and the buffer gathers all episodes' rows in one go when the rollout is complete
         obs_store, mask_store = StepStore(), StepStore()
@@ -864,7 +869,11 @@ class GRPO(OnPolicyAlgorithm):
             if isinstance(self.action_space, spaces.Box):
                 clipped_actions = np.clip(step_actions, self.action_space.low, self.action_space.high)
 
-            if step_some is not None and not active.all():
+            if can_hold:
+                moving = [i for i in range(n_envs) if slots[i].member is not None or slots[i].queued]
+                hold = [i for i in moving if not slots[i].queued]
+                step_obs, step_rewards, step_dones, step_infos = step_some(clipped_actions, moving, hold=hold)
+            elif step_some is not None and not active.all():
                 moving = [i for i in range(n_envs) if slots[i].member is not None or slots[i].queued]
                 step_obs, step_rewards, step_dones, step_infos = step_some(clipped_actions, moving)
             else:
@@ -1214,6 +1223,15 @@ class GRPO(OnPolicyAlgorithm):
         callback.on_training_end()
 
         return self
+
+
+def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` takes a keyword argument ``name`` (a named parameter or ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _copy_obs(obs: Any) -> Any:
