@@ -672,6 +672,11 @@ def test_train_throughput_tiny_run(tmp_path):
     assert run["steps"] >= 600 and len(run["warm_steps_per_s"]) == 2
     assert run["ratio"] == pytest.approx(run["steps_per_s"] / run["warm_median"])
     assert data["train_over_env"]["median"] == pytest.approx(run["ratio"]) and data["target"] == 0.35
+    # the same per CPU second of each process, and the ratio of the medians (one repeat: the repeat's ratio)
+    assert len(run["warm_steps_per_cpu_s"]) == 2 and run["steps_per_cpu_s"] > 0
+    assert run["cpu_ratio"] == pytest.approx(run["steps_per_cpu_s"] / run["warm_cpu_median"])
+    assert data["train_over_env_cpu"]["median"] == pytest.approx(run["cpu_ratio"])
+    assert data["median_train_over_median_env"] == pytest.approx(run["ratio"])
     assert "Command: `python benchmarks/train_throughput.py --repeats 1" in (tmp_path / "train_throughput.md").read_text()
     assert data["settings"]["no_reachable"] is True
 
