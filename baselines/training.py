@@ -347,6 +347,8 @@ def format_time_breakdown(breakdown: dict[str, float]) -> str:
     line = ", ".join(f"{name} {breakdown[key]:.1f} s ({100 * breakdown[key] / total:.0f}%)" for key, name in names.items())
     if "process_cpu_s" in breakdown:
         line += f"; {breakdown['process_cpu_s']:.1f} CPU s in this process"
+    if breakdown.get("gc_collections"):
+        line += f"; garbage collector pauses {breakdown['gc_s']:.1f} s (within the parts above)"
     return line
 
 

@@ -21,6 +21,7 @@ from baselines.training import (  # noqa: E402
     TrainConfig,
     TrainResult,
     evaluate_saved,
+    format_time_breakdown,
     infer_algo,
     load_model,
     make_algo,
@@ -115,6 +116,9 @@ def test_train_save_evaluate_round_trip(algo, tmp_path):
     parts = ("env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s")
     assert set(times) == {"total_s", "process_cpu_s", "env_steps", "gc_s", "gc_collections", *parts}
     assert times["process_cpu_s"] > 0 and 0.0 <= times["gc_s"] <= times["total_s"] and times["gc_collections"] >= 0
+    line = format_time_breakdown(times)
+    assert line.startswith("env stepping ") and "CPU s in this process" in line
+    assert ("garbage collector pauses" in line) == (times["gc_collections"] > 0)
     # every env steps in every vector step: as many env steps as recorded ones (PPO), or more (GRPO's idle envs)
     assert times["env_steps"] % cfg.n_envs == 0 and times["env_steps"] >= result.num_timesteps
     assert all(times[k] > 0 for k in ("env_s", "policy_inference_s", "update_s")), times
