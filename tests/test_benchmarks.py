@@ -654,6 +654,8 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("step_breakdown", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("ab_idle_envs", ["--repeats", "0"], "--repeats must be >= 1"),
         ("ab_idle_envs", ["--timesteps", "0"], "--timesteps must be >= 1"),
+        ("train_call_costs", ["--timesteps", "0"], "--timesteps must be >= 1"),
+        ("train_call_costs", ["--warmup", "-1"], "--warmup must be >= 0"),
     ],
 )
 def test_speed_benchmarks_reject_bad_input(script, args, message):
@@ -679,6 +681,24 @@ def test_train_throughput_tiny_run(tmp_path):
     assert data["median_train_over_median_env"] == pytest.approx(run["ratio"])
     assert "Command: `python benchmarks/train_throughput.py --repeats 1" in (tmp_path / "train_throughput.md").read_text()
     assert data["settings"]["no_reachable"] is True
+
+
+@pytest.mark.slow
+def test_train_call_costs_tiny_run(tmp_path):
+    """Per-call timers in training and alone, and the forward pass tight and alternated (~25 s)."""
+    run_script(["benchmarks/train_call_costs.py", "--timesteps", "600", "--warmup", "200", "--steps", "300",
+                "--forward-iters", "20", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "train_call_costs.json").read_text())
+    train, alone = data["train"], data["alone"]
+    # every env step is timed once, by kind too; the policy's forward pass runs in training only
+    assert train["step"]["calls_per_step"] == alone["step"]["calls_per_step"] == 1.0
+    for parts in (train, alone):
+        kinds = [v["calls_per_step"] for k, v in parts.items() if k.startswith("step: ")]
+        assert sum(kinds) == pytest.approx(1.0) and parts["reset"]["calls_per_step"] > 0
+    assert "policy forward pass (per vector step)" in train and "policy forward pass (per vector step)" not in alone
+    assert set(data["forward_us"]["tight"]) == {"observations to tensors", "features", "MLP", "sampling"}
+    assert all(v > 0 for v in data["forward_us"]["alternated"].values())
+    assert "Command: `python benchmarks/train_call_costs.py --timesteps 600" in (tmp_path / "train_call_costs.md").read_text()
 
 
 @pytest.mark.slow
