@@ -229,6 +229,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             eval_seed=args.eval_seed,
             progress_bar=not args.no_progress,
             vec_env=args.vec_env,
+            gc_freeze=not args.no_gc_freeze,
             verbose=args.verbose,
             env_kwargs=_retrieval_kwargs(args),
         )
@@ -451,6 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--eval-seed", type=_non_negative_int, default=d.eval_seed, help="evaluation seed" + dft)
     tr.add_argument("--vec-env", choices=VEC_ENV_KINDS, default=d.vec_env, help="training VecEnv" + dft)
     tr.add_argument("--no-progress", action="store_true", help="no progress bars")
+    tr.add_argument("--no-gc-freeze", action="store_true",
+                    help="do not gc.freeze() at each rollout start (the same results; for timing comparisons)")  # fmt: skip
     tr.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d.verbose, help="SB3 log verbosity" + dft)
     _add_retrieval_arg(tr)
     tr.set_defaults(func=cmd_train)

@@ -311,6 +311,7 @@ def test_cli_train_defaults_follow_train_config():
     assert args.normalize_std is d.normalize_std
     assert build_parser().parse_args(["train", "--std-normalization"]).normalize_std is True
     assert build_parser().parse_args(["train", "--no-std-normalization"]).normalize_std is False
+    assert (not args.no_gc_freeze) is d.gc_freeze and build_parser().parse_args(["train", "--no-gc-freeze"]).no_gc_freeze
     assert build_parser().parse_args(["train", "--net-arch", "none", "--batch-size", "all"]).net_arch == []
 
 
