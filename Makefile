@@ -35,8 +35,9 @@ prepare: $(STAMP)  ## embed ahead of time what EDO-v0 runs will need (disk cache
 	$(BIN)/edo prepare
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here), then the
-# held-out table next to the heuristics. Measured on 2 CPU cores, evaluation included: 2.3 min idle, 3.5 min under
-# load from other jobs; at the slowest throughput seen (~750 steps/s) it would take about 7 min.
+# held-out table next to the heuristics. Measured on 2 CPU cores, evaluation included: about 1 min in fresh clones
+# (README Quickstart), 2-4 min in earlier releases or under load from other jobs; at the slowest throughput seen
+# (~750 steps/s) it would take about 7 min.
 # Override with e.g. `make train TRAIN_ARGS="--seed 1 --no-progress"`.
 TRAIN_ARGS ?=
 train: $(STAMP)  ## train GRPO on EDO-v0 (300k steps), save runs/grpo_EDO-v0_0.zip, print the held-out table
