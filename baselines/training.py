@@ -291,8 +291,8 @@ class TimeBreakdown:
     resets, action masks, queued starts); ``policy_s``: the policy's forward passes that pick actions in rollouts;
     ``update_s``: the algorithm's ``train()`` (the gradient update); ``rollout_other_s``: the rest of the rollouts
     (buffers, advantages, callbacks); ``other_s``: the rest of ``learn`` (set-up, logging). ``env_steps``: the env steps
-    taken in rollouts (vector steps x envs), recorded or not: GRPO and GiGPO step every env of the VecEnv, also those
-    left idle at the end of a rollout while its last episodes finish, so they can take more than ``num_timesteps``.
+    taken in rollouts, recorded or not: on a VecEnv without ``step_some``, GRPO and GiGPO step every env, also those left
+    idle at the end of a rollout while its last episodes finish, so they can take more than ``num_timesteps``.
     """
 
     total_s: float = 0.0
@@ -357,8 +357,9 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
     """Time ``model.learn`` inside this block by part (see :class:`TimeBreakdown`).
 
     Wraps, on these instances only and until the block ends, the VecEnv's entry points, the policy's ``forward``, and
-    the algorithm's ``collect_rollouts`` and ``train``; nothing else changes (the VecEnv is not wrapped, so
-    algorithms that check ``env.unwrapped is env`` behave as without timing).
+    the algorithm's ``collect_rollouts`` and ``train``, and adds a ``gc.callbacks`` entry that times the garbage
+    collector's pauses; nothing else changes (the VecEnv is not wrapped, so algorithms that check
+    ``env.unwrapped is env`` behave as without timing).
     """
     times = TimeBreakdown()
     patched: list[tuple[Any, str]] = []

@@ -218,7 +218,9 @@ class GRPO(OnPolicyAlgorithm):
     ``num_timesteps``, reported to ``ep_info_buffer`` nor shown to callbacks. A VecEnv (not a VecEnvWrapper) with a
     ``step_some(actions, indices)`` method, which steps only the envs named (as ``edo train``'s VecEnv for EDO ids
     does), is used to leave such idle envs where they are: every recorded episode starts with a seeded reset and the
-    policy still samples for every env, so the recorded data is the same, for less work.
+    policy still samples for every env, so the recorded data is the same, for less work. If its ``step_some`` also
+    takes ``hold`` (``edo train``'s does), an env whose episode ends with no start queued is not auto-reset either:
+    that episode would not be recorded.
 
     **Callbacks** are called once per vectorized step and see only the recorded envs: in ``self.locals``,
     ``infos``, ``dones``, ``rewards``, ``actions`` and ``new_obs`` hold the recorded envs' entries (in env order),
@@ -869,13 +871,10 @@ class GRPO(OnPolicyAlgorithm):
             if isinstance(self.action_space, spaces.Box):
                 clipped_actions = np.clip(step_actions, self.action_space.low, self.action_space.high)
 
-            if can_hold:
+            if step_some is not None and (can_hold or not active.all()):
                 moving = [i for i in range(n_envs) if slots[i].member is not None or slots[i].queued]
-                hold = [i for i in moving if not slots[i].queued]
-                step_obs, step_rewards, step_dones, step_infos = step_some(clipped_actions, moving, hold=hold)
-            elif step_some is not None and not active.all():
-                moving = [i for i in range(n_envs) if slots[i].member is not None or slots[i].queued]
-                step_obs, step_rewards, step_dones, step_infos = step_some(clipped_actions, moving)
+                hold = {"hold": [i for i in moving if not slots[i].queued]} if can_hold else {}
+                step_obs, step_rewards, step_dones, step_infos = step_some(clipped_actions, moving, **hold)
             else:
                 step_obs, step_rewards, step_dones, step_infos = env.step(clipped_actions)
 
