@@ -288,7 +288,8 @@ class TimeBreakdown:
     """Where the wall time of ``model.learn`` went, in seconds, measured by :func:`timed_learning`.
 
     ``env_s``: every call into the training VecEnv (``step_async``/``step_wait``, ``reset``, ``env_method``: env steps,
-    resets, action masks, queued starts); ``policy_s``: the policy's forward passes that pick actions in rollouts;
+    resets, action masks unless the algorithm reads them off the observations, queued starts); ``policy_s``: the
+    policy's forward passes that pick actions in rollouts (``forward``, or GRPO's ``sample_from_numpy``);
     ``update_s``: the algorithm's ``train()`` (the gradient update); ``rollout_other_s``: the rest of the rollouts
     (buffers, advantages, callbacks); ``other_s``: the rest of ``learn`` (set-up, logging). ``env_steps``: the env steps
     taken in rollouts, recorded or not: on a VecEnv without ``step_some``, GRPO and GiGPO step every env, also those left
@@ -356,7 +357,8 @@ def format_time_breakdown(breakdown: dict[str, float]) -> str:
 def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]:
     """Time ``model.learn`` inside this block by part (see :class:`TimeBreakdown`).
 
-    Wraps, on these instances only and until the block ends, the VecEnv's entry points, the policy's ``forward``, and
+    Wraps, on these instances only and until the block ends, the VecEnv's entry points, the policy's ``forward`` (and
+    ``sample_from_numpy``, GRPO's collection path), and
     the algorithm's ``collect_rollouts`` and ``train``, and adds a ``gc.callbacks`` entry that times the garbage
     collector's pauses; nothing else changes (the VecEnv is not wrapped, so algorithms that check
     ``env.unwrapped is env`` behave as without timing).
@@ -404,6 +406,8 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
     if hasattr(env, "step_some"):
         wrap(env, "step_some", "env_s", only_in_rollout=True, env_steps=lambda actions, indices, **_: len(indices))
     wrap(model.policy, "forward", "policy_s", only_in_rollout=True)
+    if hasattr(model.policy, "sample_from_numpy"):  # GRPO's collection path from numpy observations
+        wrap(model.policy, "sample_from_numpy", "policy_s", only_in_rollout=True)
     wrap(model, "train", "update_s")
     model.collect_rollouts = collect_rollouts  # type: ignore[method-assign]
     patched.append((model, "collect_rollouts"))
@@ -643,6 +647,8 @@ def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
             scale_rewards=cfg.scale_rewards or ("group" if cfg.normalize_std else "none"),
             supervision=cfg.supervision,
             group_mode=group_mode,
+            # EDO's observations carry the action mask: read it there, not through 16 env_method calls per step
+            action_mask_key="action_mask" if _is_edo_id(cfg.env_id) and _has_obs_key(env, "action_mask") else None,
             policy_kwargs=dict(net_arch=list(cfg.net_arch)),
             **common,
         )
@@ -660,6 +666,11 @@ def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
         policy_kwargs=dict(net_arch=dict(pi=list(cfg.net_arch), vf=list(cfg.net_arch))),
         **common,
     )
+
+
+def _has_obs_key(env: VecEnv | gym.Env, key: str) -> bool:
+    space = env.observation_space
+    return isinstance(space, gym.spaces.Dict) and key in space.spaces
 
 
 def _has_num_tasks(env: VecEnv | gym.Env) -> bool:

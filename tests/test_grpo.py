@@ -1010,6 +1010,82 @@ def test_use_masking_none_true_false():
         GRPO("MlpPolicy", "CartPole-v1", use_masking=True, **SMALL).learn(50)
 
 
+@pytest.mark.parametrize("multi_discrete", [False, True])
+def test_masks_read_from_the_observation_train_the_same_parameters(multi_discrete, monkeypatch):
+    """``action_mask_key``: the masks come from the observations (no ``action_masks()`` call per vectorized step, one
+    check per rollout), and training is the same to the bit as with the envs' own masks."""
+    from baselines.grpo import grpo as grpo_module
+
+    calls = {"n": 0}
+    own_masks = grpo_module.get_action_masks
+
+    def counted(env):
+        calls["n"] += 1
+        return own_masks(env)
+
+    monkeypatch.setattr(grpo_module, "get_action_masks", counted)
+
+    def run(key):
+        monkeypatch.setattr(MaskedTaskEnv, "_next_uid", 0)  # the same env ids (the "tag" observation) in both runs
+        env = toy_vec_env(n_envs=3, dict_obs=True, mask_in_obs=True, multi_discrete=multi_discrete)
+        model = GRPO("MultiInputPolicy", env, group_mode="task_id", seed=3, action_mask_key=key, **SMALL)
+        calls["n"] = 0
+        model.learn(300)
+        assert model.rollout_buffer.action_masks is not None and sum(e.illegal_actions for e in toy_envs(env)) == 0
+        return {k: v.clone() for k, v in model.policy.state_dict().items()}, model, calls["n"]
+
+    params_key, model_key, calls_key = run("mask")
+    params_own, model_own, calls_own = run(None)
+    assert model_key.num_timesteps == model_own.num_timesteps
+    assert all(th.equal(params_key[k], params_own[k]) for k in params_own)
+    rollouts = model_key._n_rollouts_trained
+    assert calls_key == rollouts < calls_own  # one check per rollout, against one call per vectorized step
+
+
+def test_action_mask_key_bad_input():
+    with pytest.raises(ValueError, match="action_mask_key"):
+        GRPO("MultiInputPolicy", toy_vec_env(dict_obs=True), action_mask_key=3, **SMALL)
+    # not a key of the observations, or not one value per action: at learn, with masks on
+    env = toy_vec_env(dict_obs=True, strict=False)
+    model = GRPO("MultiInputPolicy", env, action_mask_key="nope", group_mode="task_id", **SMALL)
+    with pytest.raises(ValueError, match=r"not a key of the observation space \(its keys: \['state', 'tag'\]\)"):
+        model.learn(50)
+    model.learn(50, use_masking=False)  # no masks: nothing to read
+    model = GRPO("MultiInputPolicy", toy_vec_env(dict_obs=True), action_mask_key="tag", group_mode="task_id", **SMALL)
+    with pytest.raises(ValueError, match=r"shape \(3,\), but a mask of this action space has 4 values"):
+        model.learn(50)
+    model = GRPO("MlpPolicy", toy_vec_env(), action_mask_key="mask", group_mode="task_id", **SMALL)
+    with pytest.raises(ValueError, match="a Box, not a Dict"):
+        model.learn(50)
+    # the right shape, but not the current mask: found at the rollout's first step
+    env = toy_vec_env(dict_obs=True, n_actions=3, n_illegal=1)
+    model = GRPO("MultiInputPolicy", env, action_mask_key="tag", group_mode="task_id", **SMALL)
+    with pytest.raises(ValueError, match=r"masks in the observations differ from the envs' action_masks\(\)"):
+        model.learn(50)
+
+
+def test_sample_from_numpy_is_forward_bit_for_bit():
+    """The collection path from numpy observations draws the same actions and log-probabilities as ``forward``."""
+    env = toy_vec_env(n_envs=4, dict_obs=True, mask_in_obs=True)
+    model = GRPO("MultiInputPolicy", env, seed=0, **SMALL)
+    obs = env.reset()
+    masks = obs["mask"].astype(bool)
+    for seed in range(3):
+        th.manual_seed(seed)
+        with th.inference_mode():
+            actions, log_probs = model.policy.sample_from_numpy(obs, masks)
+        after = th.rand(2)
+        th.manual_seed(seed)
+        with th.inference_mode():
+            expected_actions, expected_log_probs = model.policy(obs_as_tensor(obs, model.device), action_masks=masks)
+        assert th.equal(actions, expected_actions) and th.equal(log_probs, expected_log_probs)
+        assert th.equal(after, th.rand(2))
+    # not applicable: None, and the caller uses forward
+    assert model.policy.sample_from_numpy({k: v.astype(np.float64) for k, v in obs.items()}) is None
+    box = GRPO("MlpPolicy", toy_vec_env(), seed=0, **SMALL)
+    assert box.policy.sample_from_numpy({"state": np.zeros((2, 4), np.float32)}) is None
+
+
 @pytest.mark.parametrize("wrapped", [False, True])
 def test_any_vec_env_seed_groups(wrapped):
     """Group starts go through public VecEnv API: a VecEnv without a per-env seed list still gets seed groups."""

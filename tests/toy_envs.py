@@ -25,7 +25,8 @@ class MaskedTaskEnv(gym.Env):
 
     Observation: one-hot task, ``t / horizon``; with ``expose_tag`` also ``[env_uid, episode_counter, t]``
     so tests can check episode boundaries. With ``dict_obs`` the observation is
-    ``{"state": ..., "tag": [env_uid, episode_counter, t]}``. With ``multi_discrete`` the action space is
+    ``{"state": ..., "tag": [env_uid, episode_counter, t]}``, plus ``"mask"`` (the action mask as 0/1 floats) with
+    ``mask_in_obs``. With ``multi_discrete`` the action space is
     ``MultiDiscrete([n_actions, 2])`` (second component free, mask all True).
 
     Every episode is logged in ``episode_log`` (keys: episode, length, return, task_id, completed).
@@ -44,6 +45,7 @@ class MaskedTaskEnv(gym.Env):
         expose_tag: bool = False,
         dict_obs: bool = False,
         multi_discrete: bool = False,
+        mask_in_obs: bool = False,
     ):
         super().__init__()
         assert 0 <= n_illegal < n_actions
@@ -55,17 +57,19 @@ class MaskedTaskEnv(gym.Env):
         self.expose_tag = expose_tag
         self.dict_obs = dict_obs
         self.multi_discrete = multi_discrete
+        self.mask_in_obs = mask_in_obs
         self.uid = MaskedTaskEnv._next_uid
         MaskedTaskEnv._next_uid += 1
 
         state_dim = num_tasks + 1
         if dict_obs:
-            self.observation_space = spaces.Dict(
-                {
-                    "state": spaces.Box(0.0, 1.0, (state_dim,), np.float32),
-                    "tag": spaces.Box(0.0, 1e9, (3,), np.float32),
-                }
-            )
+            sub_spaces = {
+                "state": spaces.Box(0.0, 1.0, (state_dim,), np.float32),
+                "tag": spaces.Box(0.0, 1e9, (3,), np.float32),
+            }
+            if mask_in_obs:
+                sub_spaces["mask"] = spaces.Box(0.0, 1.0, (n_actions + (2 if multi_discrete else 0),), np.float32)
+            self.observation_space = spaces.Dict(sub_spaces)
         else:
             dim = state_dim + (3 if expose_tag else 0)
             self.observation_space = spaces.Box(0.0, 1e9, (dim,), np.float32)
@@ -102,6 +106,8 @@ class MaskedTaskEnv(gym.Env):
         state[-1] = self.t / self.horizon
         tag = np.array([self.uid, self.episode_counter, self.t], dtype=np.float32)
         if self.dict_obs:
+            if self.mask_in_obs:
+                return {"state": state, "tag": tag, "mask": self.action_masks().astype(np.float32)}
             return {"state": state, "tag": tag}
         if self.expose_tag:
             return np.concatenate([state, tag])

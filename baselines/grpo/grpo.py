@@ -281,6 +281,11 @@ class GRPO(OnPolicyAlgorithm):
     :param group_mode: ``"seed"`` or ``"task_id"``: how members of a group are made to share a start (see above)
     :param use_masking: Invalid action masks: None (default) uses them when the env has ``action_masks()``, True
         requires them (ValueError otherwise), False never uses them. ``learn(use_masking=...)`` overrides it
+    :param action_mask_key: With masks on, read them from this key of the Dict observations (nonzero = legal)
+        instead of calling every env's ``action_masks()`` at each vectorized step (an ``env_method`` round trip
+        through each env's wrappers). Only for envs whose observation holds the mask of the state it describes, as
+        EDO-v0's ``"action_mask"`` does; the same masks, so the same training. Checked against ``action_masks()`` at
+        the first step of every rollout (``ValueError`` if they differ). None (default): ``action_masks()``
     :param refill_envs: Start the next member on an env as soon as its episode ends; False = synchronous waves
     :param max_episode_steps: Optional safety cut, in env steps: an episode still running after this many steps is
         ended by the algorithm and stored as truncated (Monitor does not report it, the env never ended it).
@@ -339,6 +344,7 @@ class GRPO(OnPolicyAlgorithm):
         mask_truncated_episodes: bool = False,
         group_mode: str = "seed",
         use_masking: bool | None = None,
+        action_mask_key: str | None = None,
         refill_envs: bool = True,
         max_episode_steps: int | None = None,
         gamma: float = 1.0,
@@ -409,6 +415,8 @@ class GRPO(OnPolicyAlgorithm):
             raise ValueError(f"Unknown filter_on {filter_on!r}, expected one of {FILTER_ON}")
         if dynamic_sampling and not filter_zero_std_groups:
             raise ValueError("dynamic_sampling=True replaces dropped tied groups: it needs filter_zero_std_groups=True")
+        if action_mask_key is not None and not isinstance(action_mask_key, str):
+            raise ValueError(f"`action_mask_key` must be an observation key (str) or None, got {action_mask_key!r}")
         if max_groups_drawn is not None and max_groups_drawn < groups_per_rollout:
             raise ValueError(
                 f"`max_groups_drawn` must be >= groups_per_rollout ({groups_per_rollout}), got {max_groups_drawn}"
@@ -434,6 +442,7 @@ class GRPO(OnPolicyAlgorithm):
         self.mask_truncated_episodes = mask_truncated_episodes
         self.group_mode = group_mode
         self.use_masking = use_masking
+        self.action_mask_key = action_mask_key
         self.refill_envs = refill_envs
         self.max_episode_steps = max_episode_steps
         self.target_kl = target_kl
@@ -616,8 +625,8 @@ class GRPO(OnPolicyAlgorithm):
         """
         supported = is_masking_supported(env)
         if use_masking is None:
-            return supported and self.policy.supports_masking
-        if use_masking:
+            use_masking = supported and self.policy.supports_masking
+        elif use_masking:
             if not supported:
                 raise ValueError(
                     "use_masking=True but the env has no `action_masks()` method "
@@ -625,7 +634,44 @@ class GRPO(OnPolicyAlgorithm):
                 )
             if not self.policy.supports_masking:
                 raise ValueError(f"use_masking=True but {type(self.action_space).__name__} action spaces do not support masks")
+        if use_masking:
+            self._check_action_mask_key()
         return bool(use_masking)
+
+    @staticmethod
+    def _check_observed_masks(env: VecEnv, observed: np.ndarray, key: str) -> None:
+        own = np.asarray(get_action_masks(env), dtype=bool).reshape(observed.shape)
+        if not np.array_equal(observed, own):
+            rows = np.flatnonzero((observed != own).any(axis=1)).tolist()
+            raise ValueError(
+                f"action_mask_key={key!r}: the masks in the observations differ from the envs' action_masks() "
+                f"(envs {rows}); that key does not hold the current action mask: pass action_mask_key=None"
+            )
+
+    def _check_action_mask_key(self) -> None:
+        """``action_mask_key`` must name a key of the Dict observation space with one value per action."""
+        key = self.__dict__.get("action_mask_key")  # a model saved before the option existed has none
+        if key is None:
+            return
+        space = self.observation_space
+        if not isinstance(space, spaces.Dict) or key not in space.spaces:
+            keys = sorted(space.spaces) if isinstance(space, spaces.Dict) else None
+            raise ValueError(
+                f"action_mask_key={key!r} is not a key of the observation space"
+                + (f" (its keys: {keys})" if keys is not None else f" (a {type(space).__name__}, not a Dict)")
+                + "; pass action_mask_key=None to call the envs' action_masks()"
+            )
+        sub_space = space.spaces[key]
+        n_mask = int(sum(self.action_space.nvec)) if isinstance(self.action_space, spaces.MultiDiscrete) else None
+        if isinstance(self.action_space, spaces.Discrete):
+            n_mask = int(self.action_space.n)
+        elif isinstance(self.action_space, spaces.MultiBinary):
+            n_mask = 2 * int(np.prod(self.action_space.shape))
+        if sub_space.shape is None or int(np.prod(sub_space.shape)) != n_mask:
+            raise ValueError(
+                f"action_mask_key={key!r}: that observation has shape {sub_space.shape}, but a mask of this action space "
+                f"has {n_mask} values"
+            )
 
     # ------------------------------------------------------------------ groups
     @staticmethod
@@ -845,6 +891,9 @@ class GRPO(OnPolicyAlgorithm):
         # keeps its row numbers, and the buffer gathers all episodes' rows in one go when the rollout is complete
         obs_store, mask_store = StepStore(), StepStore()
         records_anchor_keys, max_episode_steps = self._records_anchor_keys, self.max_episode_steps
+        # masks read off the observations (action_mask_key), checked against the envs' own at the rollout's first step
+        mask_key = self.__dict__.get("action_mask_key") if use_masking else None
+        check_mask_key = mask_key is not None
 
         while True:
             active = np.array([slot.member is not None for slot in slots])
@@ -856,15 +905,25 @@ class GRPO(OnPolicyAlgorithm):
                 obs = self._start_idle_envs(env, mode, slots, state, obs)
                 continue
 
-            action_masks = get_action_masks(env) if use_masking else None
+            if mask_key is None:
+                action_masks = get_action_masks(env) if use_masking else None
+            else:
+                action_masks = obs[mask_key].reshape(n_envs, -1).astype(bool)
+                if check_mask_key:
+                    self._check_observed_masks(env, action_masks, mask_key)
+                    check_mask_key = False
             recorded = np.flatnonzero(active)
             # fancy indexing copies: the stored rows stay as they are whatever the VecEnv does to its arrays later
             first_row = obs_store.append(_take_obs(obs, recorded))
             if action_masks is not None:
                 mask_store.append(np.asarray(action_masks[recorded], dtype=bool).reshape(len(recorded), -1))
             with th.inference_mode():
-                obs_tensor = obs_as_tensor(obs, self.device)  # type: ignore[arg-type]
-                actions_tensor, log_probs_tensor = self.policy(obs_tensor, action_masks=action_masks)
+                # numpy Dict observations straight to the policy's flat features when it can (same values, same draw)
+                sampled = self.policy.sample_from_numpy(obs, action_masks) if isinstance(obs, dict) else None
+                if sampled is None:
+                    obs_tensor = obs_as_tensor(obs, self.device)  # type: ignore[arg-type]
+                    sampled = self.policy(obs_tensor, action_masks=action_masks)
+                actions_tensor, log_probs_tensor = sampled
             step_actions = actions_tensor.cpu().numpy()
             log_probs = log_probs_tensor.cpu().numpy()
             clipped_actions = step_actions

@@ -273,6 +273,34 @@ class GRPOPolicy(BasePolicy):
             return None
         return th.cat([obs[key].flatten(1) for key in keys], dim=1)
 
+    def sample_from_numpy(
+        self, obs: dict[str, np.ndarray], action_masks: MaybeMasks = None
+    ) -> tuple[th.Tensor, th.Tensor] | None:
+        """
+        ``forward(obs_as_tensor(obs, device), action_masks=action_masks)`` for a batch of numpy Dict observations,
+        bit for bit and with the same draw, when the policy is on the CPU with a Discrete action space and the flat
+        features of :meth:`_flat_features` (``MultiInputPolicy`` on EDO): the keys are concatenated in numpy and
+        handed to torch as one tensor, instead of one tensor per key then ``cat``. None otherwise (use ``forward``).
+
+        :param obs: Observations, a dict of numpy arrays with a leading batch dimension
+        :param action_masks: Boolean masks of allowed actions, ``(batch, n_actions)``; None = all allowed
+        :return: actions ``(batch,)`` and their log-probabilities ``(batch,)``, or None
+        """
+        keys = self.__dict__.get("_flat_feature_keys", False)
+        if keys is False:
+            keys = self._flat_feature_keys = self._find_flat_feature_keys()
+        if keys is None or not isinstance(obs, dict) or self.device.type != "cpu":
+            return None
+        if not isinstance(self.action_space, spaces.Discrete) or type(self).forward is not GRPOPolicy.forward:
+            return None
+        parts = [obs[key] for key in keys]
+        if any(type(part) is not np.ndarray or part.dtype != np.float32 for part in parts):
+            return None
+        n = parts[0].shape[0]
+        features = th.from_numpy(np.concatenate([part.reshape(n, -1) for part in parts], axis=1))
+        logits = self.action_net(self.actor_net(features))
+        return sample_masked_categorical(logits, action_masks)
+
     def _find_flat_feature_keys(self) -> list[str] | None:
         extractor = self.features_extractor
         space = self.observation_space
