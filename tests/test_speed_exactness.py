@@ -156,7 +156,9 @@ def test_incremental_observation_and_anchor_key_equal_a_full_recomputation(kwarg
 def test_memoised_gold_plans_are_not_altered_by_corruptions() -> None:
     env = gym.make("EDO-v0").unwrapped
     used = env.backend
-    fresh = SimulatedBackend(env.world, env.config.workers, env.config.planner, env.pool.tasks)
+    # backends on a copy of the task list: a gold-plan memo of their own (the envs of one config share one), empty
+    fresh = SimulatedBackend(env.world, env.config.workers, env.config.planner, list(env.pool.tasks))
+    assert fresh._gold_plans is not used._gold_plans and not fresh._gold_plans
     tasks = env.pool.tasks[:40]
     requests = [
         plan_request(task.text, PLAN_INSTRUCTION, PLAN_FORMAT, seed, PLANNER_SYSTEM) for task in tasks for seed in range(25)
@@ -164,11 +166,33 @@ def test_memoised_gold_plans_are_not_altered_by_corruptions() -> None:
     first = [used.complete(r) for r in requests]  # fills the memo, and corrupts plans drawn from it
     again = [used.complete(r) for r in requests]
     from_fresh = [
-        SimulatedBackend(env.world, env.config.workers, env.config.planner, env.pool.tasks).complete(r) for r in requests[:50]
+        SimulatedBackend(env.world, env.config.workers, env.config.planner, list(env.pool.tasks)).complete(r)
+        for r in requests[:50]
     ]
     assert first == again
     assert first[:50] == from_fresh
     assert [fresh.complete(r) for r in reversed(requests)] == list(reversed(first))
+
+
+def test_envs_of_a_process_share_the_memos_and_step_as_alone() -> None:
+    """The simulator's memos and the callers' token counts are shared by the envs of one process (the envs of a vector
+    env warm them up together). Each is a pure function of its key, so an env steps as it would alone: a seeded run
+    after another env has filled them equals the same run on emptied memos."""
+    a, b = gym.make("EDO-v0"), gym.make("EDO-v0")
+    ua, ub = a.unwrapped, b.unwrapped
+
+    def memos_of(u: Any) -> tuple[dict, ...]:
+        return u.backend._matches, u.backend._plan_texts, u.backend._gold_plans, u.caller._token_counts
+
+    memos = memos_of(ua)
+    assert all(x is y for x, y in zip(memos, memos_of(ub), strict=True))
+    assert gym.make("EDO-Hard-v0").unwrapped.backend._gold_plans is not ua.backend._gold_plans  # other tasks
+    _run_digest(b, 3000, rng_seed=5, reset_seed=11)
+    assert all(len(memo) > 0 for memo in memos)
+    warm = _run_digest(a, 600, rng_seed=9, reset_seed=3)
+    for memo in memos:
+        memo.clear()
+    assert _run_digest(gym.make("EDO-v0"), 600, rng_seed=9, reset_seed=3) == warm
 
 
 def _update(h: Any, x: Any) -> None:

@@ -133,12 +133,15 @@ class SimulatedBackend:
             for w in workers
         }
         self.calls = 0
-        #: Per task text: its gold plan steps (as dicts) and the JSON reply of that plan unaltered (memoised).
-        self._gold_plans: dict[str, tuple[tuple[dict, ...], str]] = {}
+        # The memos below are shared with the other backends of this process (the envs of a vector env): each is a
+        # pure function of its key, and no draw depends on whether it hits, so they warm up together
+        #: Per task text: its gold plan steps (as dicts) and the JSON reply of that plan unaltered (shared by the
+        #: backends given the same ``tasks`` object, as the envs of one config are: the task pool's list).
+        self._gold_plans: dict[str, tuple[tuple[dict, ...], str]] = _shared_gold_plans(tasks)
         #: ``_matches`` by ``(relation, subject, documents)`` (see ``_read_fact``).
-        self._matches: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = {}
+        self._matches: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = _MATCHES
         #: The JSON replies of corrupted plans by the fields of their steps that ``_render`` reads (see ``_plan_json``).
-        self._plan_texts: dict[tuple, str] = {}
+        self._plan_texts: dict[tuple, str] = _PLAN_TEXTS
 
     # -- protocol -------------------------------------------------------------------------------------------------
     def cache_identity(self, request: LLMRequest) -> tuple[str, dict]:
@@ -380,6 +383,25 @@ class SimulatedBackend:
 #: No exact and no near-duplicate match (``_matches`` of no documents).
 _NO_MATCHES: tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]] = ((), ())
 #: Most ``(relation, subject, documents)`` keys ``SimulatedBackend`` memoises the matches of (then it starts afresh).
+#: The process's memos shared by every ``SimulatedBackend`` (see ``SimulatedBackend.__init__``).
+_MATCHES: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = {}
+_PLAN_TEXTS: dict[tuple, str] = {}
+#: Gold-plan memos by ``id(tasks)``, each with the task sequence it belongs to (kept alive, so its id is not reused).
+_GOLD_PLANS: dict[int, tuple[Sequence[Task], dict[str, tuple[tuple[dict, ...], str]]]] = {}
+#: Task sequences whose gold-plan memos are kept at once (more: the registry starts afresh; live backends keep theirs).
+GOLD_PLAN_SEQUENCES = 16
+
+
+def _shared_gold_plans(tasks: Sequence[Task]) -> dict[str, tuple[tuple[dict, ...], str]]:
+    """The gold-plan memo of the backends built on ``tasks`` (this very object)."""
+    entry = _GOLD_PLANS.get(id(tasks))
+    if entry is None or entry[0] is not tasks:
+        if len(_GOLD_PLANS) >= GOLD_PLAN_SEQUENCES:
+            _GOLD_PLANS.clear()
+        entry = _GOLD_PLANS[id(tasks)] = (tasks, {})
+    return entry[1]
+
+
 MATCH_MEMO_SIZE = 100_000
 #: Most corrupted plans ``SimulatedBackend`` memoises the JSON reply of (then it starts afresh).
 PLAN_TEXT_MEMO_SIZE = 50_000

@@ -16,8 +16,10 @@ its retries gives a *failed* record (no answer, but charged).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +58,20 @@ _VERDICT_OF_WORD = {"CORRECT": "ok", "INCORRECT": "flagged"}
 #: Entries of an ``AgentCaller``'s own token-count memo before it starts afresh (a plain dict in front of the
 #: service's LRU memo: the same counts, about 4x cheaper to read).
 TOKEN_COUNT_MEMO_SIZE = 100_000
+#: Token-count memos by retrieval service (weakly: a memo goes with its service).
+_TOKEN_COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _shared_token_counts(service: Any) -> dict[str, int]:
+    """The token-count memo of the callers of ``service``; a memo of its own for a service that cannot be weakly
+    referenced."""
+    try:
+        memo = _TOKEN_COUNTS.get(service)
+        if memo is None:
+            memo = _TOKEN_COUNTS[service] = {}
+    except TypeError:
+        return {}
+    return memo
 
 
 @dataclass
@@ -79,7 +95,8 @@ class AgentCaller:
         self.backend = backend
         self.service = service
         self.policy = policy
-        self._token_counts: dict[str, int] = {}
+        #: shared by the callers of one service (the envs of a vector env): a count never changes
+        self._token_counts: dict[str, int] = _shared_token_counts(service)
 
     def count_tokens(self, text: str) -> int:
         """``service.count_tokens(text)``, memoised here too (a count never changes: the tokenizer's own)."""
