@@ -654,6 +654,10 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("step_breakdown", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("ab_idle_envs", ["--repeats", "0"], "--repeats must be >= 1"),
         ("ab_idle_envs", ["--timesteps", "0"], "--timesteps must be >= 1"),
+        ("ab_revisions", ["--base", "HEAD", "--repeats", "0"], "--repeats must be >= 1"),
+        ("ab_revisions", ["--base", "HEAD", "--timesteps", "0"], "--timesteps must be >= 1"),
+        ("ab_revisions", ["--base", "no-such-revision"], "is not a commit of this repository"),
+        ("ab_revisions", [], "the following arguments are required: --base"),
         ("train_call_costs", ["--timesteps", "0"], "--timesteps must be >= 1"),
         ("train_call_costs", ["--warmup", "-1"], "--warmup must be >= 0"),
     ],
@@ -699,6 +703,25 @@ def test_train_call_costs_tiny_run(tmp_path):
     assert set(data["forward_us"]["tight"]) == {"observations to tensors", "features", "MLP", "sampling"}
     assert all(v > 0 for v in data["forward_us"]["alternated"].values())
     assert "Command: `python benchmarks/train_call_costs.py --timesteps 600" in (tmp_path / "train_call_costs.md").read_text()
+
+
+@pytest.mark.slow
+def test_ab_revisions_tiny_run(tmp_path):
+    """One (base, head) pair with base = HEAD: the same code on both sides trains the same parameters (~70 s)."""
+
+    def worktrees() -> list[str]:
+        return subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout.splitlines()
+
+    before = worktrees()
+    run_script(["benchmarks/ab_revisions.py", "--base", "HEAD", "--repeats", "1", "--timesteps", "1500", "--no-reachable",
+                "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "ab_revisions.json").read_text())
+    (base,), (head,) = data["runs"]["base"], data["runs"]["head"]
+    assert base["steps"] == head["steps"] >= 1500 and data["same_parameters"] == [True]
+    assert data["head_over_base_wall"] == [pytest.approx(head["train_wall_s"] / base["train_wall_s"])]
+    assert set(data["median_parts_s"]["head"]) == {"env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s"}
+    assert "| 1 |" in (tmp_path / "ab_revisions.md").read_text()
+    assert worktrees() == before  # the base revision's temporary worktree is gone
 
 
 @pytest.mark.slow
