@@ -4,7 +4,8 @@ Absolute rates on a shared 2-core machine move by 10-30% from one hour to the ne
 measured here as alternated pairs: a fresh ``edo train`` process with ``make train``'s arguments and
 ``--eval-episodes 0`` running the base revision's code (checked out into a temporary ``git worktree``), then one
 running this checkout's code, ``--repeats`` times. Each arm has a cache directory of its own, prepared by its own
-code as ``make prepare`` leaves it. Reported: each pair's training steps/s and time breakdown, the head / base ratio of
+code as ``make prepare`` leaves it, and each run starts on a fresh copy of it (a run adds run-time cache entries:
+without the copy, later runs would find more). Reported: each pair's training steps/s and time breakdown, the head / base ratio of
 training wall time per pair and its median, and whether the two arms saved the same policy parameters (an exact speed
 change trains the same policy, tensor for tensor).
 
@@ -18,6 +19,8 @@ import argparse
 import io
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -107,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     base = resolve_revision(args.base)
     head = git_revision() or "unknown"
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
+    # a SIGTERM (a killed run) unwinds through the ``finally`` below, which removes the temporary worktree
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory() as tmp:
         worktree = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(worktree), base], cwd=REPO, check=True)
@@ -118,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                                env=_arm_env(code[arm], Path(tmp) / f"cache_{arm}"), check=True, capture_output=True)  # fmt: skip
             for r in range(args.repeats):
                 for arm in ("base", "head"):
-                    run = train_once(code[arm], Path(tmp) / f"cache_{arm}", Path(tmp) / f"{arm}{r}", args.timesteps)
+                    cache = Path(tmp) / f"cache_{arm}_{r}"
+                    shutil.copytree(Path(tmp) / f"cache_{arm}", cache)
+                    run = train_once(code[arm], cache, Path(tmp) / f"{arm}{r}", args.timesteps)
+                    shutil.rmtree(cache)
                     runs[arm].append(run)
                     print(f"  pair {r + 1} {arm}: {run['train_wall_s']:.1f} s, {run['steps_per_s']:,.0f} steps/s", flush=True)
         finally:
