@@ -294,6 +294,10 @@ class TimeBreakdown:
     (buffers, advantages, callbacks); ``other_s``: the rest of ``learn`` (set-up, logging). ``env_steps``: the env steps
     taken in rollouts, recorded or not: on a VecEnv without ``step_some``, GRPO and GiGPO step every env, also those left
     idle at the end of a rollout while its last episodes finish, so they can take more than ``num_timesteps``.
+    ``query_embeds`` / ``query_embed_s``: query texts the envs' retrieval embedded with the model (in no cache yet) and
+    the seconds those forward passes took; ``index_searches`` / ``index_search_s``: the index queries made for queries
+    whose results no cache held. Both are within ``env_s`` (and ``other_s`` for an env's first reset); counted on
+    envs stepped in this process (a subprocess VecEnv's are not seen: 0).
     """
 
     total_s: float = 0.0
@@ -307,6 +311,10 @@ class TimeBreakdown:
     env_steps: int = 0
     gc_s: float = 0.0
     gc_collections: int = 0
+    query_embeds: int = 0
+    query_embed_s: float = 0.0
+    index_searches: int = 0
+    index_search_s: float = 0.0
 
     @property
     def rollout_other_s(self) -> float:
@@ -328,6 +336,10 @@ class TimeBreakdown:
             "env_steps": self.env_steps,
             "gc_s": self.gc_s,
             "gc_collections": self.gc_collections,
+            "query_embeds": self.query_embeds,
+            "query_embed_s": self.query_embed_s,
+            "index_searches": self.index_searches,
+            "index_search_s": self.index_search_s,
         }
 
     def summary(self) -> str:
@@ -350,7 +362,32 @@ def format_time_breakdown(breakdown: dict[str, float]) -> str:
         line += f"; {breakdown['process_cpu_s']:.1f} CPU s in this process"
     if breakdown.get("gc_collections"):
         line += f"; garbage collector pauses {breakdown['gc_s']:.1f} s (within the parts above)"
+    if breakdown.get("query_embeds") or breakdown.get("index_searches"):
+        line += (
+            f"; retrieval met {breakdown.get('query_embeds', 0):,} query texts no cache held: embedding them took "
+            f"{breakdown.get('query_embed_s', 0.0):.1f} s and {breakdown.get('index_searches', 0):,} index searches "
+            f"{breakdown.get('index_search_s', 0.0):.1f} s (within env stepping)"
+        )
     return line
+
+
+def _retrieval_counters(env: VecEnv) -> tuple[float, float, float, float]:
+    """``(query texts embedded, their seconds, index searches, their seconds)`` summed over the retrieval services of
+    the envs this process steps (each service once: the envs of one config share theirs); zeros for other VecEnvs."""
+    services: dict[int, Any] = {}
+    for sub_env in getattr(env, "envs", None) or ():
+        service = getattr(getattr(sub_env, "unwrapped", None), "service", None)
+        if service is not None:
+            services[id(service)] = service
+    totals = [0.0, 0.0, 0.0, 0.0]
+    for service in services.values():
+        for encoder in getattr(service, "encoders", ()):
+            totals[0] += getattr(encoder, "model_calls", 0)
+            totals[1] += getattr(encoder, "model_s", 0.0)
+        for retriever in getattr(service, "retrievers", ()):
+            totals[2] += getattr(retriever, "searches", 0)
+            totals[3] += getattr(retriever, "search_s", 0.0)
+    return totals[0], totals[1], totals[2], totals[3]
 
 
 @contextlib.contextmanager
@@ -421,12 +458,16 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
             times.gc_collections += 1
 
     gc.callbacks.append(on_gc)
+    retrieval0 = _retrieval_counters(env)
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         yield times
     finally:
         times.total_s = time.perf_counter() - t0
         times.process_cpu_s = time.process_time() - cpu0
+        retrieval1 = _retrieval_counters(env)
+        times.query_embeds, times.index_searches = (int(retrieval1[i] - retrieval0[i]) for i in (0, 2))
+        times.query_embed_s, times.index_search_s = (float(retrieval1[i] - retrieval0[i]) for i in (1, 3))
         gc.callbacks.remove(on_gc)
         for obj, name in patched:  # instance attributes only: the class methods show through again
             with contextlib.suppress(AttributeError):

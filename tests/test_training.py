@@ -6,6 +6,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch as th  # noqa: E402
@@ -114,7 +115,10 @@ def test_train_save_evaluate_round_trip(algo, tmp_path):
     times = result.time_breakdown
     assert summary["time_breakdown"] == pytest.approx(times)
     parts = ("env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s")
-    assert set(times) == {"total_s", "process_cpu_s", "env_steps", "gc_s", "gc_collections", *parts}
+    retrieval = ("query_embeds", "query_embed_s", "index_searches", "index_search_s")
+    assert set(times) == {"total_s", "process_cpu_s", "env_steps", "gc_s", "gc_collections", *retrieval, *parts}
+    assert 0.0 <= times["query_embed_s"] + times["index_search_s"] <= times["env_s"] + times["other_s"]
+    assert times["query_embeds"] >= 0 and times["index_searches"] >= 0
     assert times["process_cpu_s"] > 0 and 0.0 <= times["gc_s"] <= times["total_s"] and times["gc_collections"] >= 0
     line = format_time_breakdown(times)
     assert line.startswith("env stepping ") and "CPU s in this process" in line
@@ -343,6 +347,29 @@ def test_cli_evaluate_missing_model(tmp_path, capsys):
     rc = main(["evaluate", str(tmp_path / "nope.zip"), "--algo", "grpo", "--episodes", "2"])
     assert rc == 2
     assert "no saved model" in capsys.readouterr().err
+
+
+def test_retrieval_counters_see_new_query_texts_and_index_searches():
+    """``time_breakdown``'s retrieval figures: a query text no cache holds is embedded by the model (counted and
+    timed), and its search queries the index (counted and timed), once per service however many envs share it."""
+    import uuid
+
+    from baselines.training import _retrieval_counters
+
+    env = make_train_env(TrainConfig(algo="grpo", env_id="EDO-v0", seed=0, n_envs=2, group_size=2, groups_per_rollout=2))
+    try:
+        env.reset()
+        service = env.envs[0].unwrapped.service
+        assert env.envs[1].unwrapped.service is service
+        before = _retrieval_counters(env)
+        retriever = next(r for r in service.retrievers if r.size > 0)
+        retriever.search(f"Who founded the company with id {uuid.uuid4().hex}?", 3)
+        after = _retrieval_counters(env)
+        assert after[0] - before[0] == 1 and after[1] > before[1]
+        assert after[2] - before[2] == 1 and after[3] > before[3]
+        assert _retrieval_counters(DummyVecEnv([lambda: gym.make("CartPole-v1")])) == (0, 0.0, 0, 0.0)
+    finally:
+        env.close()
 
 
 @pytest.mark.parametrize("algo", ["grpo", "gigpo"])

@@ -37,6 +37,7 @@ import functools
 import hashlib
 import os
 import threading
+import time
 import uuid
 import warnings
 from collections import OrderedDict
@@ -240,7 +241,9 @@ class QueryEncoder:
         self.lazy_canonical = canonical_vectors
         self.memo = LRUCache(cache_size)
         self.runtime = runtime
+        #: Query texts embedded by the model (found in no cache), and the seconds those forward passes took.
         self.model_calls = 0
+        self.model_s = 0.0
 
     @property
     def canonical_vectors(self) -> np.ndarray:
@@ -256,7 +259,9 @@ class QueryEncoder:
             runtime = self.runtime
             vec = runtime.get_vector(text) if runtime is not None else None
             if vec is None:
+                t0 = time.perf_counter()
                 vec = self.embedder.encode_one(text)
+                self.model_s += time.perf_counter() - t0
                 self.model_calls += 1
                 if runtime is not None:
                     runtime.put_vector(text, vec)
@@ -291,7 +296,9 @@ class ShardRetriever:
         else:
             self.size = 0
         self.memo = LRUCache(cache_size)
+        #: Index queries: made by :meth:`search` (timed in ``search_s``) and by :meth:`search_many` (not timed).
         self.searches = 0
+        self.search_s = 0.0
         #: Canonical queries searched ahead of use in batches (see ``RetrievalConfig.presearch``); ``None``: off.
         self.presearched: set[int] | None = None
         self.presearches = 0
@@ -338,10 +345,11 @@ class ShardRetriever:
                 self.disk_hits += 1
                 self.memo.put(key, ids)
                 return ids
-        result = self._collection().query(
-            query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[]
-        )
+        collection = self._collection()
+        t0 = time.perf_counter()
+        result = collection.query(query_embeddings=vector[None, :], n_results=min(k + RERANK_MARGIN, self.size), include=[])
         ids = self._top_k(result["ids"][0], vector, k)
+        self.search_s += time.perf_counter() - t0
         self.searches += 1
         self.memo.put(key, ids)
         if disk is not None:
