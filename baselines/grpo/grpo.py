@@ -919,7 +919,8 @@ class GRPO(OnPolicyAlgorithm):
                 mask_store.append(np.asarray(action_masks[recorded], dtype=bool).reshape(len(recorded), -1))
             with th.inference_mode():
                 # numpy Dict observations straight to the policy's flat features when it can (same values, same draw)
-                sampled = self.policy.sample_from_numpy(obs, action_masks) if isinstance(obs, dict) else None
+                from_numpy = getattr(self.policy, "sample_from_numpy", None) if isinstance(obs, dict) else None
+                sampled = from_numpy(obs, action_masks) if from_numpy is not None else None
                 if sampled is None:
                     obs_tensor = obs_as_tensor(obs, self.device)  # type: ignore[arg-type]
                     sampled = self.policy(obs_tensor, action_masks=action_masks)
