@@ -382,7 +382,6 @@ class SimulatedBackend:
 
 #: No exact and no near-duplicate match (``_matches`` of no documents).
 _NO_MATCHES: tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]] = ((), ())
-#: Most ``(relation, subject, documents)`` keys ``SimulatedBackend`` memoises the matches of (then it starts afresh).
 #: The process's memos shared by every ``SimulatedBackend`` (see ``SimulatedBackend.__init__``).
 _MATCHES: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = {}
 _PLAN_TEXTS: dict[tuple, str] = {}
@@ -402,6 +401,7 @@ def _shared_gold_plans(tasks: Sequence[Task]) -> dict[str, tuple[tuple[dict, ...
     return entry[1]
 
 
+#: Most ``(relation, subject, documents)`` keys ``SimulatedBackend`` memoises the matches of (then it starts afresh).
 MATCH_MEMO_SIZE = 100_000
 #: Most corrupted plans ``SimulatedBackend`` memoises the JSON reply of (then it starts afresh).
 PLAN_TEXT_MEMO_SIZE = 50_000
