@@ -1042,7 +1042,7 @@ def test_masks_read_from_the_observation_train_the_same_parameters(multi_discret
     assert calls_key == rollouts < calls_own  # one check per rollout, against one call per vectorized step
 
 
-def test_action_mask_key_bad_input():
+def test_action_mask_key_bad_input(monkeypatch):
     with pytest.raises(ValueError, match="action_mask_key"):
         GRPO("MultiInputPolicy", toy_vec_env(dict_obs=True), action_mask_key=3, **SMALL)
     # not a key of the observations, or not one value per action: at learn, with masks on
@@ -1057,7 +1057,10 @@ def test_action_mask_key_bad_input():
     model = GRPO("MlpPolicy", toy_vec_env(), action_mask_key="mask", group_mode="task_id", **SMALL)
     with pytest.raises(ValueError, match="a Box, not a Dict"):
         model.learn(50)
-    # the right shape, but not the current mask: found at the rollout's first step
+    # the right shape, but not the current mask: found at the rollout's first step. Env 0's tag [uid 0, episode, t 0]
+    # has at most one nonzero value while every mask here allows two actions, so the two always differ (with a larger
+    # uid the tag could equal the mask of some task drawn, and training would go on with wrong masks)
+    monkeypatch.setattr(MaskedTaskEnv, "_next_uid", 0)
     env = toy_vec_env(dict_obs=True, n_actions=3, n_illegal=1)
     model = GRPO("MultiInputPolicy", env, action_mask_key="tag", group_mode="task_id", **SMALL)
     with pytest.raises(ValueError, match=r"masks in the observations differ from the envs' action_masks\(\)"):
