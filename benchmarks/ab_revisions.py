@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.bench_lib import REPO  # noqa: E402
 from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
-from benchmarks.train_throughput import _COMPLETE, TRAIN_ARGS  # noqa: E402
+from benchmarks.train_throughput import _COMPLETE, TRAIN_ARGS, _env  # noqa: E402
 
 PARTS = {
     "env_s": "env stepping",
@@ -44,12 +44,6 @@ PARTS = {
     "rollout_other_s": "other rollout work",
     "other_s": "set-up and logging",
 }
-
-
-def _arm_env(code_dir: Path, cache_dir: Path) -> dict[str, str]:
-    """The environment of a process that runs the code in ``code_dir`` (first on ``PYTHONPATH``) on ``cache_dir``."""
-    return dict(os.environ, EDO_GYM_CACHE_DIR=str(cache_dir), HF_HUB_OFFLINE="1",
-                PYTHONPATH=str(code_dir) + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
 
 
 def resolve_revision(rev: str) -> str:
@@ -64,7 +58,7 @@ def resolve_revision(rev: str) -> str:
 def train_once(code_dir: Path, cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]:
     """One fresh ``edo train`` process running the code in ``code_dir``: its rate, time breakdown and parameters."""
     args = ["-m", "edo_gym.cli", "train", *TRAIN_ARGS, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
-    proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_arm_env(code_dir, cache_dir), capture_output=True,
+    proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_env(cache_dir, code_dir), capture_output=True,
                           text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"edo train in {code_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -120,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             for arm in ("base", "head"):
                 print(f"preparing the {arm} arm's cache (as make prepare) ...", flush=True)
                 subprocess.run([sys.executable, "-c", _COMPLETE, "0" if args.no_reachable else "1"], cwd=code[arm],
-                               env=_arm_env(code[arm], Path(tmp) / f"cache_{arm}"), check=True, capture_output=True)  # fmt: skip
+                               env=_env(Path(tmp) / f"cache_{arm}", code[arm]), check=True, capture_output=True)  # fmt: skip
             for r in range(args.repeats):
                 for arm in ("base", "head"):
                     cache = Path(tmp) / f"cache_{arm}_{r}"

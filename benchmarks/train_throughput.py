@@ -71,9 +71,10 @@ print(json.dumps({"wall": wall, "cpu": cpu}))
 """
 
 
-def _env(cache_dir: Path) -> dict[str, str]:
+def _env(cache_dir: Path, code_dir: Path = REPO) -> dict[str, str]:
+    """The environment of a process that runs the code in ``code_dir`` (first on ``PYTHONPATH``) on ``cache_dir``."""
     return dict(os.environ, EDO_GYM_CACHE_DIR=str(cache_dir), HF_HUB_OFFLINE="1",
-                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
+                PYTHONPATH=str(code_dir) + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
 
 
 def train_rate(cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]:

@@ -661,12 +661,14 @@ class GRPO(OnPolicyAlgorithm):
                 + (f" (its keys: {keys})" if keys is not None else f" (a {type(space).__name__}, not a Dict)")
                 + "; pass action_mask_key=None to call the envs' action_masks()"
             )
-        sub_space = space.spaces[key]
-        n_mask = int(sum(self.action_space.nvec)) if isinstance(self.action_space, spaces.MultiDiscrete) else None
-        if isinstance(self.action_space, spaces.Discrete):
-            n_mask = int(self.action_space.n)
-        elif isinstance(self.action_space, spaces.MultiBinary):
-            n_mask = 2 * int(np.prod(self.action_space.shape))
+        sub_space, action_space = space.spaces[key], self.action_space
+        n_mask = None  # sb3-contrib's mask sizes: one value per action, per sub-action, or two per binary action
+        if isinstance(action_space, spaces.Discrete):
+            n_mask = int(action_space.n)
+        elif isinstance(action_space, spaces.MultiDiscrete):
+            n_mask = int(sum(action_space.nvec))
+        elif isinstance(action_space, spaces.MultiBinary):
+            n_mask = 2 * int(np.prod(action_space.shape))
         if sub_space.shape is None or int(np.prod(sub_space.shape)) != n_mask:
             raise ValueError(
                 f"action_mask_key={key!r}: that observation has shape {sub_space.shape}, but a mask of this action space "

@@ -266,9 +266,7 @@ class GRPOPolicy(BasePolicy):
         and the features are the flattened keys concatenated in the extractor's order, exactly. None otherwise (or
         for observations that are not float32 tensors), and the caller extracts them the usual way.
         """
-        keys = self.__dict__.get("_flat_feature_keys", False)
-        if keys is False:
-            keys = self._flat_feature_keys = self._find_flat_feature_keys()
+        keys = self._flat_keys()
         if keys is None or not isinstance(obs, dict) or any(obs[key].dtype != th.float32 for key in keys):
             return None
         return th.cat([obs[key].flatten(1) for key in keys], dim=1)
@@ -286,9 +284,7 @@ class GRPOPolicy(BasePolicy):
         :param action_masks: Boolean masks of allowed actions, ``(batch, n_actions)``; None = all allowed
         :return: actions ``(batch,)`` and their log-probabilities ``(batch,)``, or None
         """
-        keys = self.__dict__.get("_flat_feature_keys", False)
-        if keys is False:
-            keys = self._flat_feature_keys = self._find_flat_feature_keys()
+        keys = self._flat_keys()
         if keys is None or not isinstance(obs, dict) or self.device.type != "cpu":
             return None
         if not isinstance(self.action_space, spaces.Discrete) or type(self).forward is not GRPOPolicy.forward:
@@ -300,6 +296,13 @@ class GRPOPolicy(BasePolicy):
         features = th.from_numpy(np.concatenate([part.reshape(n, -1) for part in parts], axis=1))
         logits = self.action_net(self.actor_net(features))
         return sample_masked_categorical(logits, action_masks)
+
+    def _flat_keys(self) -> list[str] | None:
+        """:meth:`_find_flat_feature_keys`, found once per policy."""
+        keys = self.__dict__.get("_flat_feature_keys", False)
+        if keys is False:
+            keys = self._flat_feature_keys = self._find_flat_feature_keys()
+        return keys
 
     def _find_flat_feature_keys(self) -> list[str] | None:
         extractor = self.features_extractor
