@@ -1,6 +1,8 @@
 """Reachable queries embedded ahead of use (``edo prepare``, ``RetrievalService.embed_reachable_queries``).
 
 - the list is deterministic, holds each text once, leaves the canonical queries out and has every family it claims;
+  the compute family holds the query the env itself builds for a compute step mislabelled as a lookup whose inputs
+  are the gold figures or abstentions;
 - each stored vector is the model's vector of the text embedded alone, bit for bit, and a fresh cache reads it back;
 - a second call embeds nothing; trajectories are the same with the queries embedded ahead or not, and the env then
   runs the model for none of the queries the list covers;
@@ -18,9 +20,10 @@ import numpy as np
 import pytest
 
 import edo_gym  # noqa: F401  (registers the ids)
+from edo_gym.agents.worker import retrieval_query
 from edo_gym.retrieval.runtime_cache import RuntimeCache
-from edo_gym.world.language import OP_QUERIES, question, reply_instruction
-from edo_gym.world.queries import NON_ANSWERS, reachable_queries
+from edo_gym.world.language import OP_QUERIES, parse_compute, question, reply_instruction
+from edo_gym.world.queries import NON_ANSWERS, analytics_compute_queries, reachable_queries
 from edo_gym.world.text import ABSTAIN_TEXT, drift
 from tests.test_speed_options import _assert_same, _trajectory
 
@@ -51,6 +54,57 @@ def test_reachable_queries_list_every_family_once_and_no_canonical_query(small_w
     ]
     missing = [text for text in expected if text not in set(texts)]
     assert not missing, missing
+    # with a task pool: each analytics task's compute queries (2 ** k for k figures) come after the world's families
+    tasks = make_env(**small_world_kwargs).unwrapped.pool.tasks
+    with_tasks = reachable_queries(world, tasks)
+    assert with_tasks == reachable_queries(world, list(tasks)) and with_tasks[: len(texts)] == texts
+    analytics = [task for task in tasks if task.family == "analytics"]
+    assert analytics and all(not analytics_compute_queries(task) for task in tasks if task.family != "analytics")
+    added = {text for task in analytics for text in analytics_compute_queries(task)}
+    assert set(with_tasks[len(texts) :]) == added
+    for task in analytics:
+        queries = analytics_compute_queries(task)
+        assert len(queries) == len(set(queries)) == 2 ** (len(task.subtasks) - 1)
+        figures = tuple(sub.answer for sub in task.subtasks[:-1])
+        assert parse_compute(queries[0]) == (task.subtasks[-1].op, figures)  # all gold first, then abstentions
+        assert queries[-1].count(ABSTAIN_TEXT.rstrip(".")) == len(figures)
+
+
+def test_compute_family_holds_the_envs_own_query_of_a_mislabelled_compute_step(small_world_kwargs, make_env):
+    # every plan carries one mislabel; on an analytics task it sometimes makes the compute step a lookup, which then
+    # searches with its instruction, filled in by the env from the upstream answers
+    planner = {"error_rate": 1.0, "error_weights": (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), "malformed_rate": 0.0}
+    kwargs = {**small_world_kwargs, "tasks": {**small_world_kwargs["tasks"], "families": ("analytics",)}}
+    env = make_env(**kwargs, planner=planner)
+    base = env.unwrapped
+    listed = set(base.service.reachable_query_texts())
+    checked = 0
+    for seed in range(200):
+        env.reset(seed=seed)
+        steps = base.plan.steps
+        compute = [i for i, step in enumerate(steps) if parse_compute(step.instruction) is not None]
+        if not compute or steps[compute[0]].label != "lookup":
+            continue
+        i = compute[0]
+        gold = [sub.answer for sub in base.task.subtasks[:-1]]
+        assert [base.task.subtasks[d].answer for d in base.task.subtasks[-1].deps] == gold
+        for abstained in ((), (0,), tuple(range(len(gold)))):
+            for d in range(i):  # what a worker's record holds: the gold figure, or its abstention
+                text = ABSTAIN_TEXT if d in abstained else gold[d]
+                base.results[d] = _Answer(text)
+            query = retrieval_query(steps[i].label, base._filled(i)[0])
+            assert query in listed, query
+            assert query in analytics_compute_queries(base.task)
+            checked += 1
+        base.results[:] = [None] * len(base.results)
+    assert checked >= 3  # the planner mislabelled a compute step as a lookup at least once
+
+
+class _Answer:
+    """The one field of a worker's record that ``EDOEnv._filled`` reads."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 def test_embedded_ahead_vectors_are_the_models_own_and_trajectories_do_not_change(tmp_path, small_world_kwargs):
@@ -58,7 +112,7 @@ def test_embedded_ahead_vectors_are_the_models_own_and_trajectories_do_not_chang
     ahead = _env(small_world_kwargs, tmp_path / "ahead")
     try:
         service = ahead.unwrapped.service
-        texts = reachable_queries(service.world)
+        texts = service.reachable_query_texts()
         n = service.embed_reachable_queries(progress=False)
         assert n == len(texts) > 100
         assert service.embed_reachable_queries(progress=False) == 0  # all cached now

@@ -79,7 +79,8 @@ def test_reachable_queries_searched_ahead_equal_one_at_a_time_searches(tmp_path,
             service.search_reachable_queries(top_k[:-1])
         service.embed_reachable_queries(progress=False)
         n = service.search_reachable_queries(top_k, progress=False)
-        texts = reachable_queries(service.world)
+        texts = service.reachable_query_texts()
+        assert texts == reachable_queries(service.world, base.pool.tasks)  # the env registered its task pool
         jobs = {(id(w.retriever), w.spec.top_k) for w in base.workers if w.retriever.size}
         assert n == len(texts) * len(jobs) > 0
         assert service.search_reachable_queries(top_k, progress=False) == 0  # all stored now

@@ -169,6 +169,7 @@ class EDOEnv(gym.Env):
         self.service = RetrievalService.get(
             self.world, cfg.retrieval, [w.shard for w in cfg.workers], extra_texts={"tasks": task_texts}
         )
+        self.service.add_tasks(self.pool.tasks)  # their compute steps' queries are among the reachable ones
         self.backend: LLMBackend = backend or SimulatedBackend(self.world, cfg.workers, cfg.planner, self.pool.tasks)
         self.retry_policy = RetryPolicy(cfg.backend_retries, cfg.backend_backoff_s, cfg.backend_timeout_s)
         self.caller = AgentCaller(self.backend, self.service, self.retry_policy)

@@ -54,6 +54,7 @@ from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.static import StaticEmbedder
 from edo_gym.world import queries as world_queries
 from edo_gym.world.generator import World
+from edo_gym.world.tasks import Task
 
 #: Bound of the piece -> token count memo (cleared when exceeded).
 PIECE_MEMO_MAX = 1_000_000
@@ -656,6 +657,9 @@ class RetrievalService:
         with lock:  # processes sharing a chroma_dir build (or check) one at a time
             self._build_retrievers(world, config, shards, model_key, by_domain, built)
         self._client_lock = threading.Lock()
+        #: Task pools of the envs built on this service, by ``id`` (each held here): their analytics tasks' compute
+        #: queries are among the reachable queries (see :meth:`add_tasks`).
+        self._task_lists: dict[int, Sequence[Task]] = {}
         self.token_memo = LRUCache(config.query_cache_size)
         #: piece -> token count when whole texts may be counted by pieces (see :meth:`count_tokens`), else ``None``
         self.piece_tokens: dict[str, int] | None = {} if space_decomposable(embedder.token_counter()) else None
@@ -846,9 +850,20 @@ class RetrievalService:
             if top_k is not None:
                 self.search_reachable_queries(top_k)
 
+    def add_tasks(self, tasks: Sequence[Task]) -> None:
+        """Register a task pool of this world (``TaskPool.tasks``; each env does at construction): the reachable
+        queries (:meth:`reachable_query_texts`) then include its analytics tasks' compute queries."""
+        self._task_lists.setdefault(id(tasks), tasks)
+
+    def reachable_query_texts(self) -> list[str]:
+        """:func:`edo_gym.world.queries.reachable_queries` of this world and the task pools registered with
+        :meth:`add_tasks`: what :meth:`embed_reachable_queries` and :meth:`search_reachable_queries` work on."""
+        tasks = [task for tasks in self._task_lists.values() for task in tasks]
+        return world_queries.reachable_queries(self.world, tasks)
+
     def embed_reachable_queries(self, progress: bool = True) -> int:
         """Embed now, in batches, the non-canonical queries this world's episodes can produce
-        (:func:`edo_gym.world.queries.reachable_queries`) that the run-time disk cache lacks, and store them there.
+        (:meth:`reachable_query_texts`) that the run-time disk cache lacks, and store them there.
 
         Exact: each vector is the one the model gives the text embedded alone (equal-length batches need no padding;
         tested bit for bit), i.e. what :meth:`QueryEncoder.encode` would compute at step time; a later process reads
@@ -862,7 +877,7 @@ class RetrievalService:
         runtime = self.runtime
         if runtime is None or not runtime.writable():
             return 0
-        texts = runtime.missing(world_queries.reachable_queries(self.world))
+        texts = runtime.missing(self.reachable_query_texts())
         if not texts:
             return 0
         desc = f"EDO-Gym: embedding {len(texts):,} reachable queries ahead of use, cached for later runs"
@@ -894,7 +909,7 @@ class RetrievalService:
                 jobs.setdefault((id(retriever), int(k)), (retriever, int(k)))
         if not jobs:
             return 0
-        texts = world_queries.reachable_queries(self.world)
+        texts = self.reachable_query_texts()
         done = 0
         for n, (retriever, k) in enumerate(jobs.values(), 1):
             desc = f"EDO-Gym: searching reachable queries ahead of use, shard {n}/{len(jobs)} (k={k})"

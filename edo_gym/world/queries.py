@@ -6,22 +6,32 @@ answers filled in (:meth:`edo_gym.envs.edo_env.EDOEnv._filled`). The canonical q
 are embedded with the corpus. Planner errors, wrong and drifted answers make others: a relation asked about an
 entity of another kind (an upstream hop answered wrongly, or a reordered plan), a merged two-hop question, an
 abstention or a missing input as the subject, a drifted name the entity linker could not resolve, a write step
-mislabelled as a lookup (its instruction is the query). :func:`reachable_queries` lists those families for one
-world, so that :meth:`~edo_gym.retrieval.store.RetrievalService.embed_reachable_queries` can embed them ahead of use
-in a few batched passes instead of one model call each at step time.
+mislabelled as a lookup (its instruction is the query), and an analytics task's compute step mislabelled as a
+lookup (its instruction with the revenue figures filled in is the query). :func:`reachable_queries` lists those
+families for one world and the task pools given, so that
+:meth:`~edo_gym.retrieval.store.RetrievalService.embed_reachable_queries` can embed them ahead of use in a few
+batched passes instead of one model call each at step time.
 
-The list is a superset of what random play meets most often, not a proof of reachability, and not complete: a compute
-step mislabelled as a lookup searches with its instruction and the revenue figures in it, which are not listed;
-such a query is embedded when first met, as before. Nothing here decides what a query retrieves: each query is
-still embedded by the configured model (ahead of time or at step time, the same vector bit for bit) and searched.
-Measured on the default world: 6,592 texts, which held 628 (87%) of the 723 distinct non-canonical queries met in
-200,000 random legal steps (``benchmarks/env_throughput.py`` reports the embedder calls left at step time).
+The list is a superset of what random play meets most often, not a proof of reachability, and not complete. The
+compute family holds each analytics task's figures as the gold lookups answer them, each one possibly an abstention;
+a wrong or drifted figure makes a query that is not listed, embedded when first met, as before. Nothing here decides
+what a query retrieves: each query is still embedded by the configured model (ahead of time or at step time, the
+same vector bit for bit) and searched.
+Measured on the default world, without the compute family: 6,592 texts, which held 628 (87%) of the 723 distinct
+non-canonical queries met in 200,000 random legal steps (``benchmarks/env_throughput.py`` reports the embedder calls
+left at step time). The compute family of the default task pool (500 analytics tasks) adds 3,387 texts: of the 273
+query texts a ``make train`` run met that no cache held, 264 were mislabelled compute steps, and it lists 152 of them
+(random play fills in mostly wrong figures: it listed 10 of 112 met in 200,000 random legal steps).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
+
 from edo_gym.world.generator import DURATION_DAYS, RELATIONS, World
-from edo_gym.world.language import OP_QUERIES, question, reply_instruction
+from edo_gym.world.language import OP_QUERIES, compute_instruction, question, reply_instruction
+from edo_gym.world.tasks import Task
 from edo_gym.world.text import ABSTAIN_TEXT, DRIFTS, drift
 
 #: Entity kinds whose names can be the subject of a lookup (an upstream answer, right or wrong).
@@ -32,7 +42,7 @@ UNLINKED_DRIFTS: tuple[str, ...] = ("abbreviated", "reordered")
 NON_ANSWERS: tuple[str, ...] = (ABSTAIN_TEXT.rstrip("."), "(missing)")
 
 
-def reachable_queries(world: World) -> list[str]:
+def reachable_queries(world: World, tasks: Iterable[Task] = ()) -> list[str]:
     """Non-canonical retrieval queries ``world``'s episodes can produce, each once, in a fixed order.
 
     Families, in this order: every relation whose subject is an entity asked about every entity name of
@@ -40,7 +50,9 @@ def reachable_queries(world: World) -> list[str]:
     (the first one's value kind is the second one's subject kind) about a subject of the first one's kind or a
     non-answer; each relation asked about the :data:`UNLINKED_DRIFTS` forms of its own subjects; the write step's
     instruction over every refund window as written (each drift style, with and without a final period) or a
-    non-answer; the compute and write steps' fixed queries. Canonical queries are left out.
+    non-answer; the compute and write steps' fixed queries; then, for each analytics task of ``tasks`` (a task pool
+    of ``world``, e.g. ``TaskPool.tasks``), its compute step's instruction over the gold revenue figures in the gold
+    plan's order, each figure or an abstention (:func:`analytics_compute_queries`). Canonical queries are left out.
     """
     entity_relations = [r for r in RELATIONS.values() if r.subject_kind in SUBJECT_KINDS]
     seen: dict[str, None] = {}
@@ -69,5 +81,25 @@ def reachable_queries(world: World) -> list[str]:
         seen[reply_instruction(non_answer)] = None
     for text in OP_QUERIES.values():
         seen[text] = None
+    for task in tasks:
+        for text in analytics_compute_queries(task):
+            seen[text] = None
     canonical = set(world.canonical_queries())
     return [text for text in seen if text not in canonical]
+
+
+def analytics_compute_queries(task: Task) -> list[str]:
+    """What a worker searches with when ``task``'s compute step is mislabelled as a lookup and its inputs are the gold
+    lookups' answers, each possibly an abstention: ``2 ** k`` texts for ``k`` figures (none for other families).
+
+    The env fills a lookup-labelled step's placeholders as the entity linker leaves each upstream answer
+    (:meth:`~edo_gym.envs.edo_env.EDOEnv._filled`): a figure links to no entity name and keeps its text without a
+    final period; an abstention reads ``"I don't know"``.
+    """
+    if task.family != "analytics" or not task.subtasks or task.subtasks[-1].kind != "compute":
+        return []
+    compute = task.subtasks[-1]
+    figures = [task.subtasks[d].answer.rstrip(".") for d in compute.deps]
+    abstained = ABSTAIN_TEXT.rstrip(".")
+    assert compute.op is not None
+    return [compute_instruction(compute.op, list(refs)) for refs in itertools.product(*[(f, abstained) for f in figures])]
