@@ -1087,6 +1087,8 @@ def test_sample_from_numpy_is_forward_bit_for_bit():
     assert model.policy.sample_from_numpy({k: v.astype(np.float64) for k, v in obs.items()}) is None
     box = GRPO("MlpPolicy", toy_vec_env(), seed=0, **SMALL)
     assert box.policy.sample_from_numpy({"state": np.zeros((2, 4), np.float32)}) is None
+    model.policy.to("meta")  # not on the CPU (a device with no data: nothing may run there)
+    assert model.policy.sample_from_numpy(obs, masks) is None
 
 
 @pytest.mark.parametrize("wrapped", [False, True])

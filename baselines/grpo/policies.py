@@ -90,7 +90,8 @@ def sample_masked_categorical(logits: th.Tensor, action_masks: MaybeMasks = None
         masked = normalised  # apply_masking(None): the original logits, normalised again
     else:
         masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(normalised.shape)
-        masked = th.where(masks, normalised, th.tensor(MASKED_LOGIT, dtype=normalised.dtype, device=logits.device))
+        # a Python scalar becomes the same value in the logits' dtype as sb3-contrib's th.tensor(-1e8, dtype=...)
+        masked = th.where(masks, normalised, MASKED_LOGIT)
     log_p = masked - masked.logsumexp(dim=-1, keepdim=True)
     actions = th.multinomial(th.softmax(log_p, dim=-1), 1, True).T.reshape(-1)
     return actions, log_p.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
@@ -285,9 +286,14 @@ class GRPOPolicy(BasePolicy):
         :return: actions ``(batch,)`` and their log-probabilities ``(batch,)``, or None
         """
         keys = self._flat_keys()
-        if keys is None or not isinstance(obs, dict) or self.device.type != "cpu":
+        if keys is None or not isinstance(obs, dict):
             return None
         if not isinstance(self.action_space, spaces.Discrete) or type(self).forward is not GRPOPolicy.forward:
+            return None
+        # on the CPU: the action head's weight tells (BasePolicy.device walks every module for its first parameter,
+        # 20-40 us a call, more than the rest of this check; a policy's parameters move together with ``to``)
+        head = self.action_net
+        if type(head) is not nn.Linear or head.weight.device.type != "cpu":
             return None
         parts = [obs[key] for key in keys]
         if any(type(part) is not np.ndarray or part.dtype != np.float32 for part in parts):
