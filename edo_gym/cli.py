@@ -191,6 +191,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                       "others were cached already)")  # fmt: skip
             else:
                 print("  reachable queries: not searched ahead (retrieval.search_cache is off)")
+            t4 = time.perf_counter()
+            m = service.store_piece_counts()
+            print(f"  {m:,} word pieces' token counts stored ahead of use in {time.perf_counter() - t4:.1f} s (the others "
+                  "were cached already)")  # fmt: skip
         service.flush()
     finally:
         env.close()
@@ -377,8 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build the env's world and caches now, so that later processes start warm: the corpus, canonical "
         "query and task-text embeddings (disk cache), and the world's reachable non-canonical queries (run-time disk "
         "cache; each vector is the one the model gives the query alone, so results are unchanged), then searches them in "
-        "each worker's shard and stores the results there too (retrieval.search_cache; exact). Idempotent: what is "
-        "cached already is skipped. Cache directory: $EDO_GYM_CACHE_DIR, else $XDG_CACHE_HOME/edo_gym, else "
+        "each worker's shard and stores the results there too (retrieval.search_cache; exact), and stores the token "
+        "counts of the words of all these texts (exact). Idempotent: what is cached already is skipped. Cache directory: $EDO_GYM_CACHE_DIR, else $XDG_CACHE_HOME/edo_gym, else "
         "~/.cache/edo_gym.",
     )
     prep.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")

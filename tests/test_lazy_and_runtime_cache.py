@@ -5,7 +5,9 @@
 - only the batches that are used get built (make + reset embeds one task batch, no canonical query);
 - the run-time cache returns exactly what the model computes (vectors alone, token counts), rejects damaged rows,
   survives concurrent writers and a writer killed mid-transaction, and refuses a database of another model;
-- trajectories are the same with the run-time cache off, cold, and warm (read back by a fresh service).
+- trajectories are the same with the run-time cache off, cold, and warm (read back by a fresh service); piece-wise
+  token counts stored by one process are read by the next, which then runs the tokenizer for none of them;
+- a text SQLite cannot store (a lone surrogate) is never written and reads as a miss.
 """
 
 from __future__ import annotations
@@ -212,7 +214,7 @@ def test_trajectories_equal_with_the_runtime_cache_off_cold_and_warm(tmp_path, s
     runs = {}
     stats = {}
     # whole texts counted (the piece-wise count of the default tokenizer off), so token counts go through the cache;
-    # "pieces": the default piece-wise count, whose token counts skip the run-time cache
+    # "pieces": the default piece-wise count (pieces read from and stored in the cache in bulk, not by get_tokens)
     for name, runtime in (("off", False), ("cold", True), ("warm", True), ("pieces", True)):
         monkeypatch.setattr(RetrievalService, "_registry", {})  # a fresh service each time, as in a new process
         monkeypatch.setattr(store, "space_decomposable", (lambda counter: False) if name != "pieces" else store_decomposable)
@@ -270,3 +272,51 @@ def test_runtime_cache_stops_writing_at_its_size_limit(tmp_path, monkeypatch):
         monkeypatch.setenv("EDO_GYM_RUNTIME_CACHE_MAX_MB", bad)
         with pytest.raises(ValueError, match="EDO_GYM_RUNTIME_CACHE_MAX_MB"):
             RuntimeCache(tmp_path, "model-a", 4)
+
+
+def test_piece_counts_are_shared_through_the_runtime_cache(tmp_path, small_world_kwargs, monkeypatch):
+    runs, services = {}, {}
+    for name in ("first", "second"):  # each a fresh service on one cache directory, as two processes one after the other
+        monkeypatch.setattr(RetrievalService, "_registry", {})
+        env = gym.make("EDO-v0", **small_world_kwargs, retrieval={"cache_dir": str(tmp_path)})
+        try:
+            runs[name] = _trajectory(env, 800, seed=11)
+            services[name] = env.unwrapped.service
+            services[name].flush()
+        finally:
+            env.close()
+    _assert_same(runs["first"], runs["second"], "piece counts read from the run-time cache")
+    first, second = services["first"], services["second"]
+    assert first.piece_tokens is not None and first.pieces_counted > 100
+    assert second.pieces_counted == 0  # every piece of the same run was read from the cache, none counted again
+    stored = second.runtime.space_free_tokens()
+    pieces = sorted(stored)
+    assert len(pieces) >= first.pieces_counted and all(" " not in p for p in pieces)
+    assert [stored[p] for p in pieces] == second.embedders[0].count_tokens(pieces)  # each the tokenizer's own count
+    # ahead of use: the pieces of the texts the service knows (corpus, queries, task texts), once
+    known = second.store_piece_counts()
+    assert known > 0 and second.store_piece_counts() == 0
+    task_text = next(lazy for lazy in second._lazy.values() if lazy.kind == "tasks").texts[0]
+    assert all(p in second.runtime.space_free_tokens() for p in task_text.split(" "))
+    # a damaged row is left out (and counted), the others are read
+    with sqlite3.connect(second.runtime.path) as db:
+        db.execute("UPDATE tokens SET n = -1 WHERE text = ?", (pieces[0],))
+    fresh = RuntimeCache(second.runtime.directory, second.model_id, second.embedders[0].dim)
+    reread = fresh.space_free_tokens()
+    assert pieces[0] not in reread and fresh.rejected == 1 and len(reread) == len(stored) + known - 1
+
+
+def test_runtime_cache_skips_texts_sqlite_cannot_store(tmp_path):
+    cache = RuntimeCache(tmp_path, "model-a", 4)
+    bad, also_bad = "a\ud800b", "x\udfff"  # lone surrogates (decoded JSON may hold them): no UTF-8 form
+    one = np.ones(4, dtype=np.float32)
+    cache.put_vector(bad, one)
+    cache.put_vectors([also_bad, "fine"], np.stack([one, one]))
+    cache.put_tokens(bad, 3)
+    cache.put_tokens_many({also_bad: 1, "ok": 2})
+    cache.flush()  # no UnicodeEncodeError, here or at exit
+    assert cache.get_vector(bad) is None and cache.get_tokens(bad) is None  # misses: computed each time
+    assert np.array_equal(cache.get_vector("fine"), one) and cache.get_tokens("ok") == 2
+    assert cache.missing([bad, "fine", "new"]) == [bad, "new"]
+    assert cache.space_free_tokens() == {"ok": 2}
+    assert cache.sizes() == {"vectors": 1, "tokens": 1, "batches": 0, "searches": 0}

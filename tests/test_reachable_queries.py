@@ -175,3 +175,4 @@ def test_edo_prepare_cli_embeds_the_default_worlds_queries_once(capsys):
     out = capsys.readouterr().out
     assert "\n  0 reachable queries embedded ahead of use" in out  # the second run found them all cached
     assert "\n  0 (query, shard) searches of them run ahead of use" in out  # and their search results stored
+    assert "\n  0 word pieces' token counts stored ahead of use" in out  # and their words' token counts

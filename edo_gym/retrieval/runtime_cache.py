@@ -59,6 +59,18 @@ DEFAULT_MAX_MB = 1024.0
 _BUSY_TIMEOUT_S = 10.0
 
 
+def _storable(text: str) -> bool:
+    """Whether SQLite can store ``text`` (as UTF-8): not one with a lone surrogate, which decoded JSON may hold. Such
+    a text is never written, and reading it is a miss: its value is computed each time, as without the cache."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def max_bytes() -> int:
     """``$EDO_GYM_RUNTIME_CACHE_MAX_MB`` (else :data:`DEFAULT_MAX_MB`) in bytes.
 
@@ -192,7 +204,7 @@ class RuntimeCache:
                 return None
             try:
                 return conn.execute(sql, args).fetchone()
-            except sqlite3.Error:  # busy beyond the timeout, or damaged: a miss
+            except (sqlite3.Error, UnicodeEncodeError):  # busy beyond the timeout, damaged, or a text never stored: a miss
                 return None
 
     # -- vectors and token counts -------------------------------------------------------------------------------
@@ -213,7 +225,7 @@ class RuntimeCache:
         vector = np.ascontiguousarray(vector, dtype=np.float32)
         if vector.shape != (self.dim,):
             raise ValueError(f"vector of shape {vector.shape} for a cache of dimension {self.dim}")
-        if self.disabled or self.full:
+        if self.disabled or self.full or not _storable(text):
             return
         self._pending_vectors[text] = vector.tobytes()
         self._maybe_flush()
@@ -242,7 +254,8 @@ class RuntimeCache:
         if self.disabled or self.full:
             return
         for text, vector in zip(texts, vectors, strict=True):
-            self._pending_vectors[text] = vector.tobytes()
+            if _storable(text):
+                self._pending_vectors[text] = vector.tobytes()
         self.flush()
 
     def get_tokens(self, text: str) -> int | None:
@@ -259,10 +272,40 @@ class RuntimeCache:
         return n
 
     def put_tokens(self, text: str, n: int) -> None:
-        if self.disabled or self.full:
+        if self.disabled or self.full or not _storable(text):
             return
         self._pending_tokens[text] = int(n)
         self._maybe_flush()
+
+    def put_tokens_many(self, counts: dict[str, int]) -> None:
+        """:meth:`put_tokens` for each ``text: n`` of ``counts`` (buffered, like it)."""
+        if self.disabled or self.full or not counts:
+            return
+        self._pending_tokens.update((text, int(n)) for text, n in counts.items() if _storable(text))
+        self._maybe_flush()
+
+    def space_free_tokens(self) -> dict[str, int]:
+        """Every stored token count whose text has no space (the pieces that
+        :meth:`~edo_gym.retrieval.store.RetrievalService.count_tokens` sums), buffered ones included; ``{}`` when the
+        cache is not usable or the read fails. A row that fails its check (not a non-negative int) is left out and
+        counted in ``rejected``."""
+        with self._lock:
+            conn = self._connection()
+            if conn is None:
+                return {}
+            try:
+                rows = conn.execute("SELECT text, n FROM tokens WHERE instr(text, ' ') = 0").fetchall()
+            except sqlite3.Error:
+                return {}
+            pending = [(text, n) for text, n in self._pending_tokens.items() if " " not in text]
+        out: dict[str, int] = {}
+        for text, n in rows:
+            if type(text) is str and type(n) is int and n >= 0:
+                out[text] = n
+            else:
+                self.rejected += 1
+        out.update(pending)
+        return out
 
     # -- search results (see store.ShardRetriever) ---------------------------------------------------------------
     def get_search(self, shard: str, k: int, query: bytes) -> tuple[int, ...] | None:
@@ -351,6 +394,7 @@ class RuntimeCache:
             if conn is None:
                 return None
             rows: list[tuple] = []
+            keys = [key for key in keys if not isinstance(key, str) or _storable(key)]  # the others are never stored
             try:
                 for start in range(0, len(keys), 500):
                     part = list(keys[start : start + 500])

@@ -663,6 +663,10 @@ class RetrievalService:
         self.token_memo = LRUCache(config.query_cache_size)
         #: piece -> token count when whole texts may be counted by pieces (see :meth:`count_tokens`), else ``None``
         self.piece_tokens: dict[str, int] | None = {} if space_decomposable(embedder.token_counter()) else None
+        #: whether ``piece_tokens`` holds the counts stored in the run-time cache (read at the first piece not held)
+        self._pieces_loaded = False
+        #: pieces counted by the tokenizer in this process (not found in ``piece_tokens`` or the run-time cache)
+        self.pieces_counted = 0
 
     def _build_retrievers(
         self,
@@ -764,7 +768,9 @@ class RetrievalService:
         With a tokenizer that :func:`~edo_gym.retrieval.embedder.space_decomposable` accepts (the default model's),
         a new text is counted as the sum of its space-separated pieces' counts, each piece counted once by the
         tokenizer and memoised: exact (tested against counting whole texts), and the pieces (names, relation and
-        template words) repeat across texts. Otherwise whole texts are counted, and kept in the run-time disk cache.
+        template words) repeat across texts. Each piece counted is kept in the run-time disk cache too, and a process
+        reads every piece stored there at its first piece not held (a later process runs the tokenizer only for pieces
+        no process met). Otherwise whole texts are counted, and kept in the run-time disk cache.
         """
         n = self.token_memo.get(text)
         if n is None:
@@ -797,13 +803,54 @@ class RetrievalService:
             else:
                 total += c
         if missing:
+            if not self._pieces_loaded:  # the first piece not held: read what earlier processes counted, then again
+                self._load_pieces()
+                return self._count_by_pieces(text)
             if len(memo) > PIECE_MEMO_MAX:
                 memo.clear()
             unique = list(dict.fromkeys(missing))
             counted = dict(zip(unique, self.embedders[0].count_tokens(unique), strict=True))
             memo.update(counted)
+            self.pieces_counted += len(counted)
+            if self.runtime is not None:
+                self.runtime.put_tokens_many(counted)
             total += sum(counted[p] for p in missing)
         return total
+
+    def _load_pieces(self) -> None:
+        """Add the piece counts the run-time cache holds to ``piece_tokens`` (once per process)."""
+        self._pieces_loaded = True
+        if self.runtime is not None and self.piece_tokens is not None:
+            stored = self.runtime.space_free_tokens()
+            if len(self.piece_tokens) + len(stored) <= PIECE_MEMO_MAX:
+                self.piece_tokens.update(stored)
+
+    def store_piece_counts(self, texts: Sequence[str] | None = None) -> int:
+        """Count now the pieces (space-separated words) of ``texts`` that neither this process nor the run-time cache
+        holds, and store them there: a later process reads them instead of running the tokenizer (see
+        :meth:`count_tokens`; exact). ``texts`` defaults to what this service knows a run will count: the corpus, the
+        canonical and reachable queries and the fixed text lists (the task pool). A no-op (0) without a run-time cache,
+        or with a tokenizer whose counts are not sums of pieces.
+
+        :returns: the number of pieces counted.
+        """
+        if self.runtime is None or self.piece_tokens is None or not self.runtime.writable():
+            return 0
+        if texts is None:
+            lists = [[d.text for d in self.world.documents], self.world.canonical_queries(), self.reachable_query_texts()]
+            texts = [text for texts in lists + [lazy.texts for lazy in self._lazy.values()] for text in texts]
+        if not self._pieces_loaded:
+            self._load_pieces()
+        memo = self.piece_tokens
+        unique = [piece for piece in dict.fromkeys(piece for text in texts for piece in text.split(" ")) if piece not in memo]
+        if not unique:
+            return 0
+        counted = dict(zip(unique, self.embedders[0].count_tokens(unique), strict=True))
+        if len(memo) + len(counted) <= PIECE_MEMO_MAX:
+            memo.update(counted)
+        self.runtime.put_tokens_many(counted)
+        self.runtime.flush()
+        return len(counted)
 
     def _build_embeddings(self, requests: dict[str, list[str]]) -> dict[str, np.ndarray]:
         """Embed the lists the disk cache lacks, all at once, with a progress bar when it takes a while."""
@@ -840,8 +887,8 @@ class RetrievalService:
         """Build every list still incomplete (canonical queries, task texts) now, in one pass with a progress bar,
         and write them to the disk cache: what a later process then loads at start-up.
 
-        :param reachable_queries: then also :meth:`embed_reachable_queries` and, given ``top_k``,
-            :meth:`search_reachable_queries` (``edo prepare`` does all three).
+        :param reachable_queries: then also :meth:`embed_reachable_queries`, given ``top_k``
+            :meth:`search_reachable_queries`, and :meth:`store_piece_counts` (``edo prepare`` does all of it).
         :param top_k: each worker's ``k``, for :meth:`search_reachable_queries`.
         """
         self._complete_lists()
@@ -849,6 +896,7 @@ class RetrievalService:
             self.embed_reachable_queries()
             if top_k is not None:
                 self.search_reachable_queries(top_k)
+            self.store_piece_counts()
 
     def add_tasks(self, tasks: Sequence[Task]) -> None:
         """Register a task pool of this world (``TaskPool.tasks``; each env does at construction): the reachable
