@@ -1083,6 +1083,26 @@ def test_sample_from_numpy_is_forward_bit_for_bit():
             expected_actions, expected_log_probs = model.policy(obs_as_tensor(obs, model.device), action_masks=masks)
         assert th.equal(actions, expected_actions) and th.equal(log_probs, expected_log_probs)
         assert th.equal(after, th.rand(2))
+
+    # a hook on a layer (or a global one) is honoured: the layers are then called as modules, as forward does
+    def shift(module, inputs, output):
+        return output + 1.0 if isinstance(output, th.Tensor) else None  # (a global hook also sees the policy's tuple)
+
+    for register in (model.policy.actor_net[0].register_forward_hook, th.nn.modules.module.register_module_forward_hook):
+        handle = register(shift)
+        try:
+            th.manual_seed(7)
+            with th.inference_mode():
+                hooked = model.policy.sample_from_numpy(obs, masks)
+            th.manual_seed(7)
+            with th.inference_mode():
+                expected = model.policy(obs_as_tensor(obs, model.device), action_masks=masks)
+            assert th.equal(hooked[1], expected[1]) and th.equal(hooked[0], expected[0])
+        finally:
+            handle.remove()
+    th.manual_seed(7)
+    with th.inference_mode():
+        assert not th.equal(model.policy.sample_from_numpy(obs, masks)[1], hooked[1])  # the hook did change the logits
     # not applicable: None, and the caller uses forward
     assert model.policy.sample_from_numpy({k: v.astype(np.float64) for k, v in obs.items()}) is None
     box = GRPO("MlpPolicy", toy_vec_env(), seed=0, **SMALL)
