@@ -122,6 +122,8 @@ print(json.dumps({{
     "runtime_cache_vector_hits": service.runtime.vector_hits if service.runtime else 0,
     "runtime_cache_token_hits": service.runtime.token_hits if service.runtime else 0,
     "token_counts_computed_or_read": service.token_memo.misses,
+    "word_pieces_counted": getattr(service, "pieces_counted", 0),
+    "word_pieces_loaded_from_disk": len(service.piece_tokens or ()) - getattr(service, "pieces_counted", 0),
     "chromadb_searches": sum(x.searches for x in {{id(x): x for x in service.retrievers}}.values()),
     "search_results_read_from_disk": sum(x.disk_hits for x in {{id(x): x for x in service.retrievers}}.values()),
 }}))
@@ -408,9 +410,12 @@ def main() -> None:
             f"| same, in steps per CPU second | {payload['first_50k_over_warm_cpu']['median']:.2f} | |",
             "",
             f"Embedder calls / chromadb searches in those steps: {[f['embedder_calls'] for f in first]} / "
-            f"{[f['chromadb_searches'] for f in first]}; query vectors / token counts / search results read from the "
-            f"run-time disk cache (written ahead or by the processes before): {[f['runtime_cache_vector_hits'] for f in first]}"
+            f"{[f['chromadb_searches'] for f in first]}; query vectors / whole-text token counts / search results read from "
+            f"the run-time disk cache (written ahead or by the processes before): {[f['runtime_cache_vector_hits'] for f in first]}"
             f" / {[f['runtime_cache_token_hits'] for f in first]} / {[f.get('search_results_read_from_disk', 0) for f in first]}"
+            f"; word pieces counted by the tokenizer / loaded from that cache at once (the default "
+            f"tokenizer counts a text by its pieces): {[f.get('word_pieces_counted', 0) for f in first]} / "
+            f"{[f.get('word_pieces_loaded_from_disk', 0) for f in first]}"
             f"; EDO-v0 steps/s per process: "
             f"{[round(x) for x in fe]}.",
             "",
