@@ -382,8 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
         "query and task-text embeddings (disk cache), and the world's reachable non-canonical queries (run-time disk "
         "cache; each vector is the one the model gives the query alone, so results are unchanged), then searches them in "
         "each worker's shard and stores the results there too (retrieval.search_cache; exact), and stores the token "
-        "counts of the words of all these texts (exact). Idempotent: what is cached already is skipped. Cache directory: $EDO_GYM_CACHE_DIR, else $XDG_CACHE_HOME/edo_gym, else "
-        "~/.cache/edo_gym.",
+        "counts of the words of all these texts (exact). Idempotent: what is cached already is skipped. Cache "
+        "directory: $EDO_GYM_CACHE_DIR, else $XDG_CACHE_HOME/edo_gym, else ~/.cache/edo_gym.",
     )
     prep.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
     prep.add_argument("--no-reachable", action="store_true", help="skip the reachable queries")

@@ -665,7 +665,7 @@ class RetrievalService:
         self.piece_tokens: dict[str, int] | None = {} if space_decomposable(embedder.token_counter()) else None
         #: whether ``piece_tokens`` holds the counts stored in the run-time cache (read at the first piece not held)
         self._pieces_loaded = False
-        #: pieces counted by the tokenizer in this process (not found in ``piece_tokens`` or the run-time cache)
+        #: pieces counted by the tokenizer in this process (held neither in ``piece_tokens`` nor in the run-time cache)
         self.pieces_counted = 0
 
     def _build_retrievers(
@@ -806,16 +806,23 @@ class RetrievalService:
             if not self._pieces_loaded:  # the first piece not held: read what earlier processes counted, then again
                 self._load_pieces()
                 return self._count_by_pieces(text)
-            if len(memo) > PIECE_MEMO_MAX:
-                memo.clear()
-            unique = list(dict.fromkeys(missing))
-            counted = dict(zip(unique, self.embedders[0].count_tokens(unique), strict=True))
-            memo.update(counted)
-            self.pieces_counted += len(counted)
-            if self.runtime is not None:
-                self.runtime.put_tokens_many(counted)
+            counted = self._count_new_pieces(list(dict.fromkeys(missing)))
             total += sum(counted[p] for p in missing)
         return total
+
+    def _count_new_pieces(self, pieces: list[str]) -> dict[str, int]:
+        """Run the tokenizer on ``pieces`` (distinct, none held), memoise the counts and store them in the run-time
+        cache (buffered)."""
+        memo = self.piece_tokens
+        assert memo is not None
+        if len(memo) > PIECE_MEMO_MAX:
+            memo.clear()
+        counted = dict(zip(pieces, self.embedders[0].count_tokens(pieces), strict=True))
+        memo.update(counted)
+        self.pieces_counted += len(counted)
+        if self.runtime is not None:
+            self.runtime.put_tokens_many(counted)
+        return counted
 
     def _load_pieces(self) -> None:
         """Add the piece counts the run-time cache holds to ``piece_tokens`` (once per process)."""
@@ -845,12 +852,9 @@ class RetrievalService:
         unique = [piece for piece in dict.fromkeys(piece for text in texts for piece in text.split(" ")) if piece not in memo]
         if not unique:
             return 0
-        counted = dict(zip(unique, self.embedders[0].count_tokens(unique), strict=True))
-        if len(memo) + len(counted) <= PIECE_MEMO_MAX:
-            memo.update(counted)
-        self.runtime.put_tokens_many(counted)
+        self._count_new_pieces(unique)
         self.runtime.flush()
-        return len(counted)
+        return len(unique)
 
     def _build_embeddings(self, requests: dict[str, list[str]]) -> dict[str, np.ndarray]:
         """Embed the lists the disk cache lacks, all at once, with a progress bar when it takes a while."""
