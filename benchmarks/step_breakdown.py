@@ -4,7 +4,10 @@ One process, random legal actions (as ``benchmarks/env_throughput.py``), after a
 caches. Each repeat then runs
 
 1. ``--steps`` uninstrumented steps (EDO-v0's steps/s), then as many CartPole-v1 steps (their ratio, as
-   ``env_throughput.py`` measures it);
+   ``env_throughput.py`` measures it). Only the query forward passes are timed in this window (a timer on the embedder's
+   ``encode_one``, which runs for a query text no cache held), next to the retrievers' own clock on their index
+   searches: their time taken out of the window gives the rest of the step, its "floor" (``rest_us_per_step``), and
+   that floor's ratio to CartPole (``rest_over_cartpole``): what the env would reach if no query text were new;
 2. ``--steps`` more with a timer around each part of the env, set on this env's instances only: the env's ``reset`` and
    ``step``, and inside them the planner call with its parsing (``_make_plan``: at reset and on a replan), dispatches,
    verifications, observations and anchor keys; the workers' searches (with the query forward passes of the embedder,
@@ -101,6 +104,22 @@ def _index_queries(service: Any) -> int:
     return sum(r.searches for r in {id(r): r for r in service.retrievers}.values())
 
 
+def _index_search_s(service: Any) -> float:
+    return sum(r.search_s for r in {id(r): r for r in service.retrievers}.values())
+
+
+class ForwardTimer(PartTimers):
+    """A timer on the query forward passes only (the embedder's ``encode_one``): the first-seen query texts' cost in an
+    otherwise uninstrumented window."""
+
+    def __init__(self, env: Any) -> None:
+        self.seconds: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+        self._patched: list[tuple[Any, str]] = []
+        for embedder in {id(e.embedder): e.embedder for e in env.unwrapped.service.encoders}.values():
+            self._wrap(embedder, "encode_one", "forward")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20_000, help="steps per window (uninstrumented, then instrumented)")
@@ -125,7 +144,19 @@ def main() -> None:
     random_legal_steps(edo, max(args.warmup, 1), rng, masked=True)
     windows: list[dict[str, Any]] = []
     for r in range(args.repeats):
-        edo_s = random_legal_steps(edo, args.steps, rng, masked=True)
+        forward = ForwardTimer(edo)
+        queries0, search0 = _index_queries(service), _index_search_s(service)
+        try:
+            edo_s = random_legal_steps(edo, args.steps, rng, masked=True)
+        finally:
+            forward.remove()
+        new_s = forward.seconds["forward"] + _index_search_s(service) - search0
+        first_seen = {
+            "forward_passes": forward.calls["forward"],
+            "forward_s": forward.seconds["forward"],
+            "index_queries": _index_queries(service) - queries0,
+            "index_search_s": _index_search_s(service) - search0,
+        }
         cart_s = random_legal_steps(cart, args.steps, rng, masked=False)
         timers = PartTimers(edo)
         queries0 = _index_queries(service)
@@ -140,6 +171,9 @@ def main() -> None:
             "cartpole_steps_per_s": args.steps / cart_s,
             "edo_over_cartpole": cart_s / edo_s,
             "uninstrumented_us_per_step": 1e6 * edo_s / args.steps,
+            "uninstrumented_first_seen_queries": first_seen,
+            "rest_us_per_step": 1e6 * (edo_s - new_s) / args.steps,
+            "rest_over_cartpole": cart_s / (edo_s - new_s),
             "instrumented_us_per_step": 1e6 * total_s / args.steps,
             "us_per_step": us,
             "calls_per_step": {key: timers.calls[key] / args.steps for key, _, _ in PARTS},
@@ -150,7 +184,9 @@ def main() -> None:
         print(
             f"  repeat {r + 1}: EDO {w['edo_steps_per_s']:,.0f} steps/s ({w['uninstrumented_us_per_step']:.1f} us/step; "
             f"{w['instrumented_us_per_step']:.1f} instrumented), CartPole {w['cartpole_steps_per_s']:,.0f} steps/s, "
-            f"ratio {w['edo_over_cartpole']:.3f}; {w['forward_passes']} forward passes, {w['index_queries']} index queries",
+            f"ratio {w['edo_over_cartpole']:.3f} ({w['rest_over_cartpole']:.3f} without the first-seen queries' "
+            f"{first_seen['forward_passes']} forward passes and {first_seen['index_queries']} index queries); instrumented: "
+            f"{w['forward_passes']} forward passes, {w['index_queries']} index queries",
             flush=True,
         )
 
@@ -176,6 +212,8 @@ def main() -> None:
         "cartpole_steps_per_s": med(lambda w: w["cartpole_steps_per_s"]),
         "edo_over_cartpole": med(lambda w: w["edo_over_cartpole"]),
         "uninstrumented_us_per_step": med(lambda w: w["uninstrumented_us_per_step"]),
+        "rest_us_per_step": med(lambda w: w["rest_us_per_step"]),
+        "rest_over_cartpole": med(lambda w: w["rest_over_cartpole"]),
         "instrumented_us_per_step": total,
         "parts": parts,
         "windows": windows,
@@ -194,6 +232,16 @@ def main() -> None:
         f"us a step), CartPole-v1 {payload['cartpole_steps_per_s']:,.0f} steps/s, ratio {payload['edo_over_cartpole']:.3f}. "
         f"Instrumented: {total:.1f} us a step (the timers' own cost included). Per window: query forward passes "
         f"{[w['forward_passes'] for w in windows]}, index queries {[w['index_queries'] for w in windows]}.",
+        "",
+        "Without the query texts no cache held (uninstrumented windows; their forward passes timed on the embedder, their "
+        "index searches by the retrievers): forward passes "
+        f"{[w['uninstrumented_first_seen_queries']['forward_passes'] for w in windows]} taking "
+        f"{[round(1e3 * w['uninstrumented_first_seen_queries']['forward_s']) for w in windows]} ms, index queries "
+        f"{[w['uninstrumented_first_seen_queries']['index_queries'] for w in windows]} taking "
+        f"{[round(1e3 * w['uninstrumented_first_seen_queries']['index_search_s']) for w in windows]} ms; the rest of the "
+        f"step {[round(w['rest_us_per_step'], 1) for w in windows]} us, over CartPole "
+        f"{[round(w['rest_over_cartpole'], 3) for w in windows]}: median {payload['rest_us_per_step']:.1f} us a step, "
+        f"**{payload['rest_over_cartpole']:.3f}** of CartPole-v1 (what the env would reach if no query text were new).",
         "",
         "| part (times include the parts called inside it) | called in | us per step | share | calls per step | us per call |",
         "|---|---|---|---|---|---|",

@@ -766,6 +766,17 @@ def test_step_breakdown_tiny_run(tmp_path):
         assert us["call"] >= us["model"] > 0 and us["search"] >= us["forward"] >= 0
         assert w["instrumented_us_per_step"] == pytest.approx(us["reset"] + us["step"] + us["harness"])
         assert w["forward_passes"] == round(w["calls_per_step"]["forward"] * 400)
+        # the uninstrumented window's floor: its time less the first-seen queries' forward passes and index searches
+        seen = w["uninstrumented_first_seen_queries"]
+        assert (
+            seen["forward_s"] >= 0 and seen["index_search_s"] >= 0 and (seen["forward_passes"] > 0) == (seen["forward_s"] > 0)
+        )
+        assert w["rest_us_per_step"] == pytest.approx(
+            w["uninstrumented_us_per_step"] - 1e6 * (seen["forward_s"] + seen["index_search_s"]) / 400
+        )
+        assert w["rest_over_cartpole"] == pytest.approx(
+            w["edo_over_cartpole"] * w["uninstrumented_us_per_step"] / w["rest_us_per_step"]
+        )
     assert data["edo_over_cartpole"] > 0 and "| `step` |" in (tmp_path / "step_breakdown.md").read_text()
 
 
@@ -794,6 +805,28 @@ def test_part_timers_come_off_and_leave_the_trajectory_unchanged(small_world_kwa
         return out
 
     assert run(True) == run(False)
+
+
+def test_forward_timer_times_the_real_forward_passes_and_comes_off(small_world_kwargs):
+    """step_breakdown's timer of the first-seen queries' forward passes counts each real ``encode_one`` call and its
+    time, and leaves the embedder as it was."""
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+    from benchmarks.step_breakdown import ForwardTimer
+
+    env = gym.make("EDO-v0", **small_world_kwargs)
+    env.reset(seed=0)
+    embedder = env.unwrapped.service.encoders[0].embedder
+    before = embedder.encode_one("a query text no cache holds: 8817, 2203, 51.")
+    timer = ForwardTimer(env)
+    after = embedder.encode_one("a query text no cache holds: 8817, 2203, 51.")
+    embedder.encode_one("another one: 1, 2, 3.")
+    assert timer.calls["forward"] == 2 and timer.seconds["forward"] > 0
+    assert (after == before).all()
+    timer.remove()
+    embedder.encode_one("a third: 4.")
+    assert timer.calls["forward"] == 2 and "encode_one" not in vars(embedder)
 
 
 @pytest.mark.slow
