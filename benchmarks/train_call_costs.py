@@ -85,7 +85,18 @@ timed(EDOEnv, "_observation", "observation")
 out = {}
 if mode == "train":
     from baselines.grpo.policies import GRPOPolicy
+    # GRPO's rollouts sample straight from the numpy observations (sample_from_numpy); where that declines (None), they
+    # call the policy (forward): each vector step's pass is counted once, on the path it took
     timed(GRPOPolicy, "forward", "policy forward pass (per vector step)")
+    sample_from_numpy = GRPOPolicy.sample_from_numpy
+    def timed_sample_from_numpy(self, *args, **kwargs):
+        t = time.perf_counter()
+        sampled = sample_from_numpy(self, *args, **kwargs)
+        if sampled is not None:
+            seconds["policy forward pass (per vector step)"] += time.perf_counter() - t
+            calls["policy forward pass (per vector step)"] += 1
+        return sampled
+    GRPOPolicy.sample_from_numpy = timed_sample_from_numpy
     from edo_gym.cli import main
     rc = main(["train", *opts["train_args"], "--timesteps", str(opts["timesteps"]), "--output-dir", opts["out"]])
     if rc != 0:
