@@ -13,12 +13,19 @@ caches. Each repeat then runs
    verifications, observations and anchor keys; the workers' searches (with the query forward passes of the embedder,
    and the index queries counted); the model calls (the simulated model itself, then the pricing around it).
 
+The env runs on a fresh temporary cache directory prepared as ``edo prepare`` leaves it (``--cache prepared``, the
+default: a fresh process embeds every list and the reachable queries and searches them ahead, as
+``env_throughput.py``'s cold start does), so each run meets the query texts no cache held as a first run would.
+``--cache default`` uses the configured cache directory instead (``$EDO_GYM_CACHE_DIR``, else ``~/.cache/edo_gym``):
+there a run also finds the texts earlier runs stored, and the same seeds give the same steps, so repeated runs meet
+fewer and fewer of them.
+
 Parts are inclusive (a part's time contains its nested parts') and given per step, with calls per step and time per
 call; "harness and wrappers" is the rest of the instrumented time (the random legal draw and Gymnasium's wrappers).
 Each timer costs about half a microsecond per call, so the instrumented total is a few microseconds above the
 uninstrumented step; the shares are of the instrumented total. Medians over ``--repeats``.
 
-Usage: ``python benchmarks/step_breakdown.py [--steps 20000] [--repeats 5] [--warmup 150000]``.
+Usage: ``python benchmarks/step_breakdown.py [--steps 20000] [--repeats 5] [--warmup 150000] [--cache prepared]``.
 Results: ``benchmarks/results/step_breakdown.{json,md}``.
 """
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -39,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.common import git_revision, machine_info, machine_line, write_results  # noqa: E402
-from benchmarks.env_throughput import random_legal_steps  # noqa: E402
+from benchmarks.env_throughput import random_legal_steps, start_time  # noqa: E402
 
 #: (key, what it is, where it is called), in the table's order.
 PARTS: tuple[tuple[str, str, str], ...] = (
@@ -125,6 +133,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="steps per window (uninstrumented, then instrumented)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=150_000, help="random legal steps before the first window")
+    parser.add_argument(
+        "--cache",
+        choices=("prepared", "default"),
+        default="prepared",
+        help="prepared: a fresh temporary cache directory prepared as `edo prepare` leaves it (default); default: the "
+        "configured cache directory, with what earlier runs stored",
+    )
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args()
     for name in ("steps", "repeats"):
@@ -133,6 +148,16 @@ def main() -> None:
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
 
+    with tempfile.TemporaryDirectory() as prepared:
+        if args.cache == "prepared":
+            print("preparing a fresh cache directory (as `edo prepare` leaves it) ...", flush=True)
+            start_time(prepared)
+            os.environ["EDO_GYM_CACHE_DIR"] = prepared
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
+    """The warm-up, the windows and the results, on the cache directory this process is set to use."""
     import gymnasium as gym
 
     import edo_gym  # noqa: F401
@@ -225,8 +250,13 @@ def main() -> None:
         "# Where a warm EDO-v0 step's time goes",
         "",
         f"Machine: {machine_line(m)}. Command: `python benchmarks/step_breakdown.py --steps {args.steps} --repeats "
-        f"{args.repeats} --warmup {args.warmup}` (revision {payload['revision']}). Medians over {args.repeats} windows of "
-        f"{args.steps:,} random legal steps after a {args.warmup:,}-step warm-up.",
+        f"{args.repeats} --warmup {args.warmup} --cache {args.cache}` (revision {payload['revision']}). Medians over "
+        f"{args.repeats} windows of {args.steps:,} random legal steps after a {args.warmup:,}-step warm-up, "
+        + (
+            "on a fresh cache directory prepared as `edo prepare` leaves it."
+            if args.cache == "prepared"
+            else "on the configured cache directory (with what earlier runs stored)."
+        ),
         "",
         f"Uninstrumented: EDO-v0 {payload['edo_steps_per_s']:,.0f} steps/s ({payload['uninstrumented_us_per_step']:.1f} "
         f"us a step), CartPole-v1 {payload['cartpole_steps_per_s']:,.0f} steps/s, ratio {payload['edo_over_cartpole']:.3f}. "

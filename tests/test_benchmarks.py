@@ -652,6 +652,7 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("ab_search_cache", ["--windows", "0"], "--windows must be >= 1"),
         ("step_breakdown", ["--repeats", "0"], "--repeats must be >= 1"),
         ("step_breakdown", ["--warmup", "-1"], "--warmup must be >= 0"),
+        ("step_breakdown", ["--cache", "mine"], "invalid choice: 'mine'"),
         ("ab_idle_envs", ["--repeats", "0"], "--repeats must be >= 1"),
         ("ab_idle_envs", ["--timesteps", "0"], "--timesteps must be >= 1"),
         ("ab_revisions", ["--base", "HEAD", "--repeats", "0"], "--repeats must be >= 1"),
@@ -777,7 +778,10 @@ def test_step_breakdown_tiny_run(tmp_path):
         assert w["rest_over_cartpole"] == pytest.approx(
             w["edo_over_cartpole"] * w["uninstrumented_us_per_step"] / w["rest_us_per_step"]
         )
-    assert data["edo_over_cartpole"] > 0 and "| `step` |" in (tmp_path / "step_breakdown.md").read_text()
+    md = (tmp_path / "step_breakdown.md").read_text()
+    assert data["edo_over_cartpole"] > 0 and "| `step` |" in md
+    # the default: a fresh cache directory, prepared first, not the one earlier runs filled
+    assert data["settings"]["cache"] == "prepared" and "prepared as `edo prepare` leaves it" in md
 
 
 def test_part_timers_come_off_and_leave_the_trajectory_unchanged(small_world_kwargs):
