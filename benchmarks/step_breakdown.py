@@ -66,13 +66,20 @@ PARTS: tuple[tuple[str, str, str], ...] = (
 
 
 class PartTimers:
-    """Timers around the parts of one env (instance attributes only; ``remove`` restores the classes' methods)."""
+    """Timers around the parts of one env (instance attributes only; ``remove`` restores the classes' methods).
 
-    def __init__(self, env: Any) -> None:
+    :param forward_only: time the query forward passes only (the embedder's ``encode_one``), nothing else
+    """
+
+    def __init__(self, env: Any, forward_only: bool = False) -> None:
         self.seconds: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self._patched: list[tuple[Any, str]] = []
         u = env.unwrapped
+        for embedder in {id(e.embedder): e.embedder for e in u.service.encoders}.values():
+            self._wrap(embedder, "encode_one", "forward")
+        if forward_only:
+            return
         for name, key in (("reset", "reset"), ("step", "step"), ("_dispatch", "dispatch"), ("_verify", "verify"),
                           ("_make_plan", "make_plan"), ("_observation", "observation"), ("_anchor_key", "anchor_key")):  # fmt: skip
             self._wrap(u, name, key)
@@ -80,8 +87,6 @@ class PartTimers:
             self._wrap(worker, "search", "search")
         self._wrap(u.caller, "call", "call")
         self._wrap(u.caller.backend, "complete", "model")
-        for embedder in {id(e.embedder): e.embedder for e in u.service.encoders}.values():
-            self._wrap(embedder, "encode_one", "forward")
 
     def _wrap(self, obj: Any, name: str, key: str) -> None:
         inner: Callable[..., Any] = getattr(obj, name)
@@ -108,12 +113,17 @@ class PartTimers:
         self._patched.clear()
 
 
+def _retrievers(service: Any) -> list[Any]:
+    """The service's distinct shard retrievers (workers may share one)."""
+    return list({id(r): r for r in service.retrievers}.values())
+
+
 def _index_queries(service: Any) -> int:
-    return sum(r.searches for r in {id(r): r for r in service.retrievers}.values())
+    return sum(r.searches for r in _retrievers(service))
 
 
 def _index_search_s(service: Any) -> float:
-    return sum(r.search_s for r in {id(r): r for r in service.retrievers}.values())
+    return sum(r.search_s for r in _retrievers(service))
 
 
 class ForwardTimer(PartTimers):
@@ -121,11 +131,7 @@ class ForwardTimer(PartTimers):
     otherwise uninstrumented window."""
 
     def __init__(self, env: Any) -> None:
-        self.seconds: Counter[str] = Counter()
-        self.calls: Counter[str] = Counter()
-        self._patched: list[tuple[Any, str]] = []
-        for embedder in {id(e.embedder): e.embedder for e in env.unwrapped.service.encoders}.values():
-            self._wrap(embedder, "encode_one", "forward")
+        super().__init__(env, forward_only=True)
 
 
 def main() -> None:
@@ -148,11 +154,13 @@ def main() -> None:
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
 
+    if args.cache == "default":
+        measure(args)
+        return
     with tempfile.TemporaryDirectory() as prepared:
-        if args.cache == "prepared":
-            print("preparing a fresh cache directory (as `edo prepare` leaves it) ...", flush=True)
-            start_time(prepared)
-            os.environ["EDO_GYM_CACHE_DIR"] = prepared
+        print("preparing a fresh cache directory (as `edo prepare` leaves it) ...", flush=True)
+        start_time(prepared)
+        os.environ["EDO_GYM_CACHE_DIR"] = prepared
         measure(args)
 
 

@@ -52,15 +52,19 @@ from edo_gym.envs.edo_env import EDOEnv
 mode, opts = sys.argv[1], json.loads(sys.argv[2])
 seconds, calls = collections.defaultdict(float), collections.Counter()
 
-def timed(cls, name, label):
+def timed(cls, name, label, skip_none=False):
+    # skip_none: a call that returns None (declined) is not counted
     inner = getattr(cls, name)
     def wrapper(*args, **kwargs):
         t = time.perf_counter()
+        result = None
         try:
-            return inner(*args, **kwargs)
+            result = inner(*args, **kwargs)
+            return result
         finally:
-            seconds[label] += time.perf_counter() - t
-            calls[label] += 1
+            if not (skip_none and result is None):
+                seconds[label] += time.perf_counter() - t
+                calls[label] += 1
     setattr(cls, name, wrapper)
 
 step = EDOEnv.step
@@ -88,15 +92,7 @@ if mode == "train":
     # GRPO's rollouts sample straight from the numpy observations (sample_from_numpy); where that declines (None), they
     # call the policy (forward): each vector step's pass is counted once, on the path it took
     timed(GRPOPolicy, "forward", "policy forward pass (per vector step)")
-    sample_from_numpy = GRPOPolicy.sample_from_numpy
-    def timed_sample_from_numpy(self, *args, **kwargs):
-        t = time.perf_counter()
-        sampled = sample_from_numpy(self, *args, **kwargs)
-        if sampled is not None:
-            seconds["policy forward pass (per vector step)"] += time.perf_counter() - t
-            calls["policy forward pass (per vector step)"] += 1
-        return sampled
-    GRPOPolicy.sample_from_numpy = timed_sample_from_numpy
+    timed(GRPOPolicy, "sample_from_numpy", "policy forward pass (per vector step)", skip_none=True)
     from edo_gym.cli import main
     rc = main(["train", *opts["train_args"], "--timesteps", str(opts["timesteps"]), "--output-dir", opts["out"]])
     if rc != 0:
