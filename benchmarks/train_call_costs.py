@@ -14,13 +14,16 @@ around each call; they add ~0.3 us a call):
    alternated with vector steps of the 16 envs (random legal actions), split into its parts: observations to tensors,
    features, the MLP, sampling.
 
-Per part: calls per env step, microseconds per call and per env step, in training and alone. Both use the embedding
-cache as it is (``EDO_GYM_CACHE_DIR`` or the default); run ``make prepare`` first for the state ``make train`` finds.
+Per part: calls per env step, microseconds per call and per env step, in training and alone. Each of the three runs on
+its own copy of one fresh cache directory prepared as ``make prepare`` leaves it (``--cache prepared``, the default, as
+``train_throughput.py`` does): what the env alone meets does not depend on what earlier runs stored. ``--cache default``
+uses the configured cache directory (``EDO_GYM_CACHE_DIR`` or the default) as it is, for all three.
 
 Usage::
 
     python benchmarks/train_call_costs.py                     # 300k training steps, 150k + 100k steps alone
     python benchmarks/train_call_costs.py --timesteps 100000 --steps 50000
+    python benchmarks/train_call_costs.py --cache default     # on the configured cache directory, as it is
 
 Results: ``benchmarks/results/train_call_costs.{json,md}`` (or ``--out-dir``).
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,7 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.bench_lib import REPO  # noqa: E402
 from benchmarks.common import machine_line, write_results  # noqa: E402
-from benchmarks.train_throughput import TRAIN_ARGS  # noqa: E402
+from benchmarks.train_throughput import TRAIN_ARGS, prepare_cache  # noqa: E402
 
 _CHILD = r"""
 import collections, json, sys, time
@@ -137,18 +141,24 @@ else:  # forward: the policy's forward pass, tight and alternated with env steps
     out["forward_us"] = {"tight": dict(zip(names, (1e6 * tight).tolist())),
                          "alternated": dict(zip(names, (1e6 * alternated / n).tolist()))}
     venv.close()
-out["seconds"], out["calls"] = dict(seconds), dict(calls)
+from edo_gym.retrieval.cache import default_cache_dir
+out["seconds"], out["calls"], out["cache_dir"] = dict(seconds), dict(calls), str(default_cache_dir())
 print("\n" + json.dumps(out))
 """
 
 
-def run_child(mode: str, opts: dict[str, Any]) -> dict[str, Any]:
-    """Run one measurement in a fresh process; its JSON result."""
+def run_child(mode: str, opts: dict[str, Any], cache_dir: Path | None = None) -> dict[str, Any]:
+    """Run one measurement in a fresh process (on ``cache_dir``, else the configured cache directory); its JSON result."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if cache_dir is not None:
+        env["EDO_GYM_CACHE_DIR"] = str(cache_dir)
     proc = subprocess.run([sys.executable, "-c", _CHILD, mode, json.dumps(opts)], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"the {mode} measurement failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if cache_dir is not None and result["cache_dir"] != str(cache_dir):
+        raise SystemExit(f"the {mode} measurement ran on {result['cache_dir']}, not on its cache copy {cache_dir}")
+    return result
 
 
 def per_step(result: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -170,18 +180,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=150_000, help="env-alone warm-up steps (as env_throughput.py)")
     parser.add_argument("--steps", type=int, default=100_000, help="env-alone timed steps")
     parser.add_argument("--forward-iters", type=int, default=2_000, help="forward passes timed, tight and alternated")
+    parser.add_argument(
+        "--cache",
+        choices=("prepared", "default"),
+        default="prepared",
+        help="prepared: copies of one fresh cache directory prepared as `make prepare` leaves it (default); default: the "
+        "configured cache directory, with what earlier runs stored",
+    )
+    parser.add_argument(
+        "--no-reachable",
+        action="store_true",
+        help="with --cache prepared: prepare it without the reachable queries (complete embedding lists only)",
+    )
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     for name, low in (("timesteps", 1), ("warmup", 0), ("steps", 1), ("forward_iters", 1)):
         if getattr(args, name) < low:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+    if args.no_reachable and args.cache != "prepared":
+        raise SystemExit("--no-reachable applies to --cache prepared only")
     with tempfile.TemporaryDirectory() as tmp:
+        caches: dict[str, Path | None] = dict.fromkeys(("train", "alone", "forward"))
+        if args.cache == "prepared":
+            base = Path(tmp) / "prepared"
+            print("preparing a fresh cache directory (as `make prepare` leaves it) ...", flush=True)
+            prepare_cache(base, reachable=not args.no_reachable)
+            for mode in caches:  # each measurement on its own copy: none sees what another stored
+                caches[mode] = Path(tmp) / f"cache_{mode}"
+                shutil.copytree(base, caches[mode])
         print(f"edo train ({args.timesteps:,} steps) with timers ...", flush=True)
-        train = run_child("train", {"train_args": TRAIN_ARGS, "timesteps": args.timesteps, "out": tmp})
-    print(f"the env alone ({args.warmup:,} + {args.steps:,} steps) ...", flush=True)
-    alone = run_child("alone", {"repo": str(REPO), "warmup": args.warmup, "steps": args.steps})
-    print("the policy's forward pass, tight and alternated with env steps ...", flush=True)
-    forward = run_child("forward", {"iters": args.forward_iters})["forward_us"]
+        train = run_child(
+            "train", {"train_args": TRAIN_ARGS, "timesteps": args.timesteps, "out": str(Path(tmp) / "runs")}, caches["train"]
+        )
+        print(f"the env alone ({args.warmup:,} + {args.steps:,} steps) ...", flush=True)
+        alone = run_child("alone", {"repo": str(REPO), "warmup": args.warmup, "steps": args.steps}, caches["alone"])
+        print("the policy's forward pass, tight and alternated with env steps ...", flush=True)
+        forward = run_child("forward", {"iters": args.forward_iters}, caches["forward"])["forward_us"]
     parts_train, parts_alone = per_step(train), per_step(alone)
     payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS},
                "train": parts_train, "alone": parts_alone, "alone_steps_per_s": args.steps / alone["wall_s"],
@@ -194,7 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Training: `edo train` with `make train`'s arguments, {args.timesteps:,} steps. Alone: random legal actions after "
         f"{args.warmup:,} warm-up steps, {args.steps:,} timed steps ({payload['alone_steps_per_s']:,.0f} steps/s with "
-        "the timers). Times include the parts called inside them.",
+        "the timers). Times include the parts called inside them. "
+        + (
+            "Each measurement ran on its own copy of one fresh cache directory prepared as `make prepare` leaves it"
+            + (" (without the reachable queries)." if args.no_reachable else ".")
+            if args.cache == "prepared"
+            else "All ran on the configured cache directory, with what earlier runs stored."
+        ),
         "",
         "| part | calls per env step, training / alone | us per call, training / alone | training / alone | "
         "us per env step, training / alone |",

@@ -77,6 +77,15 @@ def _env(cache_dir: Path, code_dir: Path = REPO) -> dict[str, str]:
                 PYTHONPATH=str(code_dir) + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
 
 
+def prepare_cache(cache_dir: Path, reachable: bool = True) -> None:
+    """Build ``cache_dir`` as ``make prepare`` leaves it, in a fresh process: the complete embedding lists and, with
+    ``reachable``, the world's reachable queries embedded and searched ahead (no other run-time cache entries)."""
+    proc = subprocess.run([sys.executable, "-c", _COMPLETE, "1" if reachable else "0"], env=_env(cache_dir),
+                          capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"preparing the cache directory {cache_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
 def train_rate(cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]:
     """Run ``edo train`` (make train's arguments) in a fresh process; its steps/s and time breakdown."""
     cmd = [
@@ -135,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "cache"
         print("embedding cache: building it complete once ...", flush=True)
-        reachable = "0" if args.no_reachable else "1"
-        subprocess.run([sys.executable, "-c", _COMPLETE, reachable], env=_env(base), check=True, capture_output=True)
+        prepare_cache(base, reachable=not args.no_reachable)
         for r in range(args.repeats):
             train_cache, warm_cache = Path(tmp) / f"train{r}", Path(tmp) / f"warm{r}"
             shutil.copytree(base, train_cache)

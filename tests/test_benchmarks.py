@@ -661,6 +661,8 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("ab_revisions", [], "the following arguments are required: --base"),
         ("train_call_costs", ["--timesteps", "0"], "--timesteps must be >= 1"),
         ("train_call_costs", ["--warmup", "-1"], "--warmup must be >= 0"),
+        ("train_call_costs", ["--cache", "mine"], "invalid choice: 'mine'"),
+        ("train_call_costs", ["--cache", "default", "--no-reachable"], "--no-reachable applies to --cache prepared only"),
     ],
 )
 def test_speed_benchmarks_reject_bad_input(script, args, message):
@@ -690,10 +692,13 @@ def test_train_throughput_tiny_run(tmp_path):
 
 @pytest.mark.slow
 def test_train_call_costs_tiny_run(tmp_path):
-    """Per-call timers in training and alone, and the forward pass tight and alternated (~25 s)."""
+    """Per-call timers in training and alone, and the forward pass tight and alternated, each on its own copy of a
+    freshly prepared cache directory (the script checks that each ran there) (~40 s)."""
     run_script(["benchmarks/train_call_costs.py", "--timesteps", "600", "--warmup", "200", "--steps", "300",
-                "--forward-iters", "20", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+                "--forward-iters", "20", "--no-reachable", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "train_call_costs.json").read_text())
+    assert data["settings"]["cache"] == "prepared" and data["settings"]["no_reachable"] is True
+    assert "own copy of one fresh cache directory prepared" in (tmp_path / "train_call_costs.md").read_text()
     train, alone = data["train"], data["alone"]
     # every env step is timed once, by kind too; the policy's forward pass runs in training only
     assert train["step"]["calls_per_step"] == alone["step"]["calls_per_step"] == 1.0
