@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import json
+import pickle
 import sqlite3
 
 import gymnasium as gym
@@ -176,3 +178,18 @@ def test_edo_prepare_cli_embeds_the_default_worlds_queries_once(capsys):
     assert "\n  0 reachable queries embedded ahead of use" in out  # the second run found them all cached
     assert "\n  0 (query, shard) searches of them run ahead of use" in out  # and their search results stored
     assert "\n  0 word pieces' token counts stored ahead of use" in out  # and their words' token counts
+
+
+def test_a_pickled_service_keeps_its_task_pools_in_a_fresh_process(small_world_kwargs, make_env, run_python, tmp_path):
+    """An unpickled service lists the same reachable queries as the pickled one, its task pools' compute queries
+    included: a fresh process builds its own service and registers the pools that came with it."""
+    service = make_env(**small_world_kwargs).unwrapped.service
+    expected = service.reachable_query_texts()
+    assert len(expected) > len(reachable_queries(service.world))  # the registered pool adds compute queries
+    assert pickle.loads(pickle.dumps(service)) is service  # this process's own service, as RetrievalService.get gives
+    path = tmp_path / "service.pkl"
+    path.write_bytes(pickle.dumps(service))
+    code = f"import json, pickle; s = pickle.loads(open({str(path)!r}, 'rb').read()); print(json.dumps(s.reachable_query_texts()))"
+    proc = run_python(code, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected

@@ -509,6 +509,17 @@ class ExactCollection:
         return {"ids": out}
 
 
+def _restore_service(
+    world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]], task_lists: Sequence[Sequence[Task]]
+) -> RetrievalService:
+    """Unpickle a :class:`RetrievalService`: this process's own service for ``world``, ``config`` and ``shards``
+    (:meth:`RetrievalService.get`), with the pickled service's task pools registered (:meth:`~RetrievalService.add_tasks`)."""
+    service = RetrievalService.get(world, config, shards)
+    for tasks in task_lists:
+        service.add_tasks(tasks)
+    return service
+
+
 def _chroma_client(chroma_dir: str | None) -> Any:
     global _CHROMA_PID
     import chromadb
@@ -734,8 +745,9 @@ class RetrievalService:
 
     def __reduce__(self) -> Any:
         # Embedder, chromadb client and caches are per process: a pickled service is the target process's own
-        # service for the same world, config and shards (built there if needed), as ``get`` gives it.
-        return (RetrievalService.get, (self.world, self.config, self.shards))
+        # service for the same world, config and shards (built there if needed), as ``get`` gives it, with the task
+        # pools registered here registered there too (an env pickled with its service shares its pool's list)
+        return (_restore_service, (self.world, self.config, self.shards, list(self._task_lists.values())))
 
     @classmethod
     def get(
