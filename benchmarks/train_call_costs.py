@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.bench_lib import REPO  # noqa: E402
-from benchmarks.common import machine_line, write_results  # noqa: E402
+from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
 from benchmarks.train_throughput import TRAIN_ARGS, prepare_cache  # noqa: E402
 
 _CHILD = r"""
@@ -219,12 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parts_train, parts_alone = per_step(train), per_step(alone)
     payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS},
                "train": parts_train, "alone": parts_alone, "alone_steps_per_s": args.steps / alone["wall_s"],
-               "forward_us": forward}  # fmt: skip
+               "forward_us": forward, "revision": git_revision()}  # fmt: skip
     command = " ".join(["python", "benchmarks/train_call_costs.py", *(argv if argv is not None else sys.argv[1:])])
     lines = [
         "# Where training's env time goes, call by call, next to the env alone",
         "",
-        f"{machine_line()}. Command: `{command}`.",
+        f"{machine_line()}. Command: `{command}` (revision {payload['revision']}).",
         "",
         f"Training: `edo train` with `make train`'s arguments, {args.timesteps:,} steps. Alone: random legal actions after "
         f"{args.warmup:,} warm-up steps, {args.steps:,} timed steps ({payload['alone_steps_per_s']:,.0f} steps/s with "

@@ -698,6 +698,7 @@ def test_train_call_costs_tiny_run(tmp_path):
                 "--forward-iters", "20", "--no-reachable", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "train_call_costs.json").read_text())
     assert data["settings"]["cache"] == "prepared" and data["settings"]["no_reachable"] is True
+    assert data["revision"] and f"(revision {data['revision']})" in (tmp_path / "train_call_costs.md").read_text()
     assert "own copy of one fresh cache directory prepared" in (tmp_path / "train_call_costs.md").read_text()
     train, alone = data["train"], data["alone"]
     # every env step is timed once, by kind too; the policy's forward pass runs in training only
