@@ -58,12 +58,13 @@ from baselines.evaluation import (  # noqa: E402
 from baselines.grpo.callbacks import FreezeGCCallback, RecordedStepsProgressBar  # noqa: E402
 from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
 from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
+from baselines.sharded_vec_env import ShardedVecEnv  # noqa: E402
 
 #: Algorithms ``train`` knows, by name.
 ALGOS: tuple[str, ...] = ("grpo", "gigpo", "ppo", "maskable_ppo")
 #: The group-relative algorithms (no critic, groups of episodes).
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "gigpo")
-VEC_ENV_KINDS: tuple[str, ...] = ("dummy", "subproc")
+VEC_ENV_KINDS: tuple[str, ...] = ("dummy", "subproc", "shards")
 GROUP_MODES: tuple[str | None, ...] = (None, "seed", "task_id")
 SUPERVISIONS: tuple[str, ...] = ("outcome", "process")
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dapo", "dr_grpo")
@@ -166,8 +167,12 @@ class TrainConfig:
     #: model and the envs' growing memo tables). Results are the same either way.
     gc_freeze: bool = True
     verbose: int = 0
-    #: ``"dummy"`` (one process: envs share the embedding model) or ``"subproc"`` (one process per env, ~5 s each).
+    #: ``"dummy"`` (one process: envs share the embedding model), ``"subproc"`` (one process per env, ~5 s each) or
+    #: ``"shards"`` (:class:`~baselines.sharded_vec_env.ShardedVecEnv`: ``vec_workers`` processes, a shard of the envs
+    #: in each; the same transitions as ``"dummy"``, so the same training, stepped in parallel).
     vec_env: str = "dummy"
+    #: ``vec_env="shards"``: worker processes (``None``: the machine's CPU count, at most ``n_envs``).
+    vec_workers: int | None = None
     #: torch intra-op threads (``None`` leaves torch's default).
     torch_threads: int | None = 1
     device: str = "cpu"
@@ -264,6 +269,14 @@ class TrainConfig:
         )
         need(is_int(self.eval_seed) and self.eval_seed >= 0, f"eval_seed must be an int >= 0, got {self.eval_seed!r}")
         need(self.vec_env in VEC_ENV_KINDS, f"vec_env must be one of {list(VEC_ENV_KINDS)}, got {self.vec_env!r}")
+        need(
+            self.vec_workers is None or (is_int(self.vec_workers) and 1 <= self.vec_workers <= self.n_envs),
+            f"vec_workers must be None or an int between 1 and n_envs ({self.n_envs}), got {self.vec_workers!r}",
+        )
+        need(
+            self.vec_workers is None or self.vec_env == "shards",
+            f"vec_workers is for vec_env='shards' only, got vec_workers={self.vec_workers!r} with vec_env={self.vec_env!r}",
+        )
         need(
             self.torch_threads is None or (is_int(self.torch_threads) and self.torch_threads >= 1),
             f"torch_threads must be an int >= 1 or None, got {self.torch_threads!r}",
@@ -390,6 +403,10 @@ def _retrieval_counters(env: VecEnv) -> tuple[float, float, float, float]:
     return totals[0], totals[1], totals[2], totals[3]
 
 
+#: marks "no instance attribute of that name" in :func:`timed_learning`'s list of what it patched
+_ABSENT = object()
+
+
 @contextlib.contextmanager
 def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]:
     """Time ``model.learn`` inside this block by part (see :class:`TimeBreakdown`).
@@ -401,7 +418,8 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
     ``env.unwrapped is env`` behave as without timing).
     """
     times = TimeBreakdown()
-    patched: list[tuple[Any, str]] = []
+    #: (instance, name, its own attribute before the patch or _ABSENT): restored when the block ends
+    patched: list[tuple[Any, str, Any]] = []
 
     def wrap(
         obj: Any, name: str, field_name: str, only_in_rollout: bool = False, env_steps: Callable[..., int] | None = None
@@ -421,8 +439,8 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
             finally:
                 setattr(times, field_name, getattr(times, field_name) + time.perf_counter() - t)
 
+        patched.append((obj, name, vars(obj).get(name, _ABSENT)))
         setattr(obj, name, timed)
-        patched.append((obj, name))
 
     in_rollout = [False]
     collect = model.collect_rollouts
@@ -446,8 +464,8 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
     if hasattr(model.policy, "sample_from_numpy"):  # GRPO's collection path from numpy observations
         wrap(model.policy, "sample_from_numpy", "policy_s", only_in_rollout=True)
     wrap(model, "train", "update_s")
+    patched.append((model, "collect_rollouts", vars(model).get("collect_rollouts", _ABSENT)))
     model.collect_rollouts = collect_rollouts  # type: ignore[method-assign]
-    patched.append((model, "collect_rollouts"))
     gc_start = [0.0]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
@@ -469,9 +487,12 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
         times.query_embeds, times.index_searches = (int(retrieval1[i] - retrieval0[i]) for i in (0, 2))
         times.query_embed_s, times.index_search_s = (float(retrieval1[i] - retrieval0[i]) for i in (1, 3))
         gc.callbacks.remove(on_gc)
-        for obj, name in patched:  # instance attributes only: the class methods show through again
-            with contextlib.suppress(AttributeError):
-                delattr(obj, name)
+        for obj, name, before in reversed(patched):  # instance attributes only: the class methods show through again
+            if before is _ABSENT:
+                with contextlib.suppress(AttributeError):
+                    delattr(obj, name)
+            else:  # an instance's own attribute (e.g. ShardedVecEnv's step_some) is put back
+                setattr(obj, name, before)
 
 
 @dataclass
@@ -636,11 +657,17 @@ def _is_edo_id(env_id: str) -> bool:
 def make_train_env(cfg: TrainConfig) -> VecEnv:
     """The training VecEnv: ``cfg.n_envs`` copies of ``cfg.env_id`` (train split), each wrapped in ``Monitor``.
 
-    ``vec_env="dummy"`` on an EDO id gives a :class:`FreshInfoDummyVecEnv` (no deep copy of the infos per step).
+    ``vec_env="dummy"`` on an EDO id gives a :class:`FreshInfoDummyVecEnv` (no deep copy of the infos per step);
+    ``vec_env="shards"`` a :class:`~baselines.sharded_vec_env.ShardedVecEnv` whose workers step their shards in that
+    same class.
     """
     _ensure_registered(cfg.env_id)
+    in_process: type[VecEnv] = FreshInfoDummyVecEnv if _is_edo_id(cfg.env_id) else DummyVecEnv
+    vec_env_kwargs: dict[str, Any] | None = None
     if cfg.vec_env == "dummy":
-        vec_cls: type[VecEnv] = FreshInfoDummyVecEnv if _is_edo_id(cfg.env_id) else DummyVecEnv
+        vec_cls: type[VecEnv] = in_process
+    elif cfg.vec_env == "shards":
+        vec_cls, vec_env_kwargs = ShardedVecEnv, {"n_workers": cfg.vec_workers, "vec_env_cls": in_process}
     else:
         vec_cls = SubprocVecEnv
     # make_vec_env would ask for render_mode="rgb_array", which EDO does not support
@@ -648,7 +675,13 @@ def make_train_env(cfg: TrainConfig) -> VecEnv:
     # GRPO/GiGPO queue each episode's start in the env, so that the VecEnv's auto-reset is its only reset
     wrapper_class = GroupStartWrapper if cfg.algo in GROUP_ALGOS else None
     return make_vec_env(
-        cfg.env_id, n_envs=cfg.n_envs, seed=cfg.seed, vec_env_cls=vec_cls, env_kwargs=env_kwargs, wrapper_class=wrapper_class
+        cfg.env_id,
+        n_envs=cfg.n_envs,
+        seed=cfg.seed,
+        vec_env_cls=vec_cls,
+        vec_env_kwargs=vec_env_kwargs,
+        env_kwargs=env_kwargs,
+        wrapper_class=wrapper_class,
     )
 
 

@@ -18,6 +18,11 @@ Usage::
 
     python benchmarks/train_throughput.py                 # 2 repeats, 300k training steps
     python benchmarks/train_throughput.py --repeats 1 --timesteps 100000
+    python benchmarks/train_throughput.py --train-arg=--vec-env=shards      # make train's arguments plus these
+
+With ``--train-arg`` options (extra ``edo train`` arguments, appended to make train's), the figures are those of
+that training setting; with worker processes (``--vec-env shards`` or ``subproc``), the per-CPU-second ratio is not
+reported (the training's CPU time would leave out its workers').
 
 Results: ``benchmarks/results/train_throughput.{json,md}`` (or ``--out-dir``).
 """
@@ -86,14 +91,23 @@ def prepare_cache(cache_dir: Path, reachable: bool = True) -> None:
         raise SystemExit(f"preparing the cache directory {cache_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def train_rate(cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]:
-    """Run ``edo train`` (make train's arguments) in a fresh process; its steps/s and time breakdown."""
+def _has_workers(extra_args: list[str]) -> bool:
+    """Whether ``edo train`` arguments ask for a VecEnv with worker processes."""
+    joined = " ".join(extra_args).replace("=", " ").split()
+    return any(a == "--vec-env" and b in ("shards", "subproc") for a, b in zip(joined, joined[1:], strict=False))
+
+
+def train_rate(cache_dir: Path, out_dir: Path, timesteps: int, extra_args: list[str] | None = None) -> dict[str, Any]:
+    """Run ``edo train`` (make train's arguments, then ``extra_args``) in a fresh process; its steps/s and time
+    breakdown."""
+    extra_args = list(extra_args or [])
     cmd = [
         sys.executable,
         "-m",
         "edo_gym.cli",
         "train",
         *TRAIN_ARGS,
+        *extra_args,
         "--timesteps",
         str(timesteps),
         "--output-dir",
@@ -105,7 +119,7 @@ def train_rate(cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]
     (summary,) = out_dir.glob("*.json")
     data = json.loads(summary.read_text())
     times = data.get("time_breakdown") or {}
-    cpu_s = times.get("process_cpu_s")
+    cpu_s = None if _has_workers(extra_args) else times.get("process_cpu_s")  # workers' CPU time is not in it
     return {"steps": data["num_timesteps"], "train_wall_s": data["train_wall_s"],
             "steps_per_s": data["num_timesteps"] / data["train_wall_s"], "time_breakdown": data.get("time_breakdown"),
             "steps_per_cpu_s": data["num_timesteps"] / cpu_s if cpu_s else None,
@@ -134,8 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="prepare the cache without the reachable queries (complete embedding lists only)",
     )
+    parser.add_argument("--train-arg", action="append", default=[], metavar="ARG",
+                        help="an extra `edo train` argument after make train's (repeatable), e.g. --train-arg=--vec-env=shards")  # fmt: skip
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.train_arg and not args.train_arg[0].startswith("--"):
+        raise SystemExit(
+            f"--train-arg: the first extra argument must be an option (starting with --), got {args.train_arg[0]!r}"
+        )
     for name in ("repeats", "timesteps", "warmup", "steps", "repeats_warm"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -150,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(base, train_cache)
             shutil.copytree(base, warm_cache)
             print(f"repeat {r + 1}: edo train ({args.timesteps:,} steps) ...", flush=True)
-            t = train_rate(train_cache, Path(tmp) / f"runs{r}", args.timesteps)
+            t = train_rate(train_cache, Path(tmp) / f"runs{r}", args.timesteps, args.train_arg)
             print(f"  {t['steps_per_s']:,.0f} steps/s; env alone ...", flush=True)
             w = warm_rate(warm_cache, args.warmup, args.steps, args.repeats_warm)
             warm, warm_cpu = float(np.median(w["wall"])), float(np.median(w["cpu"]))
@@ -165,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     # as the ratio of the medians over repeats (pairs no training run with its own env-alone run)
     cpu_ratio = median_iqr(cpu_ratios) if cpu_ratios else None
     pooled = float(np.median([r["steps_per_s"] for r in runs]) / np.median([r["warm_median"] for r in runs]))
-    payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS},
+    payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS + args.train_arg},
                "load_avg_1min_at_start": load0, "runs": runs, "train_over_env": ratio, "target": TARGET,
                "met": bool(ratio["median"] >= TARGET), "train_over_env_cpu": cpu_ratio,
                "median_train_over_median_env": pooled}  # fmt: skip

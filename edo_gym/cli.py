@@ -233,6 +233,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             eval_seed=args.eval_seed,
             progress_bar=not args.no_progress,
             vec_env=args.vec_env,
+            vec_workers=args.vec_workers,
+            torch_threads=args.torch_threads,
             gc_freeze=not args.no_gc_freeze,
             verbose=args.verbose,
             env_kwargs=_retrieval_kwargs(args),
@@ -454,7 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--tensorboard-dir", default=d.tensorboard_log, help="TensorBoard log dir (default: no logging)")
     tr.add_argument("--eval-episodes", type=_non_negative_int, default=d.eval_episodes, help="held-out tasks, 0: skip" + dft)
     tr.add_argument("--eval-seed", type=_non_negative_int, default=d.eval_seed, help="evaluation seed" + dft)
-    tr.add_argument("--vec-env", choices=VEC_ENV_KINDS, default=d.vec_env, help="training VecEnv" + dft)
+    tr.add_argument("--vec-env", choices=VEC_ENV_KINDS, default=d.vec_env,
+                    help="training VecEnv: dummy (one process), subproc (one process per env), shards (--vec-workers "
+                         "processes, a shard of the envs each; the same training as dummy)" + dft)  # fmt: skip
+    tr.add_argument("--vec-workers", type=_count, default=None,
+                    help="--vec-env shards: worker processes (default: the CPU count, at most --n-envs)")  # fmt: skip
+    tr.add_argument("--torch-threads", type=_count, default=d.torch_threads,
+                    help="torch intra-op threads of the training process (more than 1 changes results in the last bits)" + dft)  # fmt: skip
     tr.add_argument("--no-progress", action="store_true", help="no progress bars")
     tr.add_argument("--no-gc-freeze", action="store_true",
                     help="do not gc.freeze() at each rollout start (the same results; for timing comparisons)")  # fmt: skip
