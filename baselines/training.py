@@ -168,10 +168,10 @@ class TrainConfig:
     gc_freeze: bool = True
     verbose: int = 0
     #: ``"dummy"`` (one process: envs share the embedding model), ``"subproc"`` (one process per env, ~5 s each) or
-    #: ``"shards"`` (:class:`~baselines.sharded_vec_env.ShardedVecEnv`: ``vec_workers`` processes, a shard of the envs
-    #: in each; the same transitions as ``"dummy"``, so the same training, stepped in parallel).
+    #: ``"shards"`` (:class:`~baselines.sharded_vec_env.ShardedVecEnv`: a shard of the envs in this process and one in
+    #: each of ``vec_workers`` worker processes; the same transitions as ``"dummy"``, so the same training).
     vec_env: str = "dummy"
-    #: ``vec_env="shards"``: worker processes (``None``: the machine's CPU count, at most ``n_envs``).
+    #: ``vec_env="shards"``: worker processes besides this one (``None``: the CPU count less one, at least 1).
     vec_workers: int | None = None
     #: torch intra-op threads (``None`` leaves torch's default).
     torch_threads: int | None = 1
@@ -270,8 +270,13 @@ class TrainConfig:
         need(is_int(self.eval_seed) and self.eval_seed >= 0, f"eval_seed must be an int >= 0, got {self.eval_seed!r}")
         need(self.vec_env in VEC_ENV_KINDS, f"vec_env must be one of {list(VEC_ENV_KINDS)}, got {self.vec_env!r}")
         need(
-            self.vec_workers is None or (is_int(self.vec_workers) and 1 <= self.vec_workers <= self.n_envs),
-            f"vec_workers must be None or an int between 1 and n_envs ({self.n_envs}), got {self.vec_workers!r}",
+            self.vec_workers is None or (is_int(self.vec_workers) and 1 <= self.vec_workers < self.n_envs),
+            f"vec_workers must be None or an int between 1 and n_envs - 1 ({self.n_envs - 1}): this process steps a "
+            f"shard too, got {self.vec_workers!r}",
+        )
+        need(
+            self.vec_env != "shards" or self.n_envs >= 2,
+            f"vec_env='shards' needs n_envs >= 2 (a shard here and one in a worker), got n_envs={self.n_envs}",
         )
         need(
             self.vec_workers is None or self.vec_env == "shards",

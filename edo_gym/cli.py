@@ -457,10 +457,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--eval-episodes", type=_non_negative_int, default=d.eval_episodes, help="held-out tasks, 0: skip" + dft)
     tr.add_argument("--eval-seed", type=_non_negative_int, default=d.eval_seed, help="evaluation seed" + dft)
     tr.add_argument("--vec-env", choices=VEC_ENV_KINDS, default=d.vec_env,
-                    help="training VecEnv: dummy (one process), subproc (one process per env), shards (--vec-workers "
-                         "processes, a shard of the envs each; the same training as dummy)" + dft)  # fmt: skip
+                    help="training VecEnv: dummy (one process), subproc (one process per env), shards (a shard of the "
+                         "envs in this process and one in each of --vec-workers processes; the same training as dummy)"
+                         + dft)  # fmt: skip
     tr.add_argument("--vec-workers", type=_count, default=None,
-                    help="--vec-env shards: worker processes (default: the CPU count, at most --n-envs)")  # fmt: skip
+                    help="--vec-env shards: worker processes besides this one (default: the CPU count less one, at least 1)")  # fmt: skip
     tr.add_argument("--torch-threads", type=_count, default=d.torch_threads,
                     help="torch intra-op threads of the training process (more than 1 changes results in the last bits)" + dft)  # fmt: skip
     tr.add_argument("--no-progress", action="store_true", help="no progress bars")

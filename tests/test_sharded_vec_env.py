@@ -35,20 +35,27 @@ def test_shard_bounds():
     assert shard_bounds(16, 2) == [range(0, 8), range(8, 16)]
     assert shard_bounds(5, 2) == [range(0, 3), range(3, 5)]
     assert shard_bounds(3, 3) == [range(0, 1), range(1, 2), range(2, 3)]
-    with pytest.raises(ValueError, match=r"n_workers must be between 1 and the number of envs \(3\), got 4"):
+    with pytest.raises(ValueError, match=r"n_shards must be between 1 and the number of envs \(3\), got 4"):
         shard_bounds(3, 4)
-    with pytest.raises(ValueError, match="n_workers must be between 1"):
+    with pytest.raises(ValueError, match="n_shards must be between 1"):
         shard_bounds(3, 0)
 
 
 def test_bad_worker_counts_are_rejected_before_any_process_starts():
     fns = [lambda: gym.make("CartPole-v1")] * 2
-    with pytest.raises(ValueError, match="n_workers must be between 1 and the number of envs"):
-        ShardedVecEnv(fns, n_workers=3)
-    with pytest.raises(ValueError, match="n_workers must be an int"):
-        ShardedVecEnv(fns, n_workers=1.5)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="vec_workers must be None or an int between 1 and n_envs"):
-        TrainConfig(vec_env="shards", n_envs=4, vec_workers=5)
+    with pytest.raises(ValueError, match=r"n_workers=2 plus the main process gives more shards than there are envs \(2\)"):
+        ShardedVecEnv(fns, n_workers=2)
+    with pytest.raises(ValueError, match=r"n_workers=3 gives more shards than there are envs \(2\)"):
+        ShardedVecEnv(fns, n_workers=3, in_main=False)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="n_workers must be an int >= 1"):
+            ShardedVecEnv(fns, n_workers=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="in_main must be a bool"):
+        ShardedVecEnv(fns, n_workers=1, in_main=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"vec_workers must be None or an int between 1 and n_envs - 1 \(3\)"):
+        TrainConfig(vec_env="shards", n_envs=4, vec_workers=4)
+    with pytest.raises(ValueError, match="vec_env='shards' needs n_envs >= 2"):
+        TrainConfig(vec_env="shards", n_envs=1)
     with pytest.raises(ValueError, match="vec_workers is for vec_env='shards' only"):
         TrainConfig(vec_env="dummy", vec_workers=2)
     with pytest.raises(ValueError, match=r"vec_env must be one of \['dummy', 'subproc', 'shards'\]"):
@@ -60,19 +67,22 @@ def test_cli_rejects_vec_workers_without_shards(capsys):
     assert "vec_workers is for vec_env='shards' only" in capsys.readouterr().err
 
 
-def test_sharded_edo_envs_step_as_the_in_process_vec_env(small_world_kwargs):
-    """Five EDO envs in two workers against the same five in one process: the same observations, rewards, dones,
-    infos and reset infos step for step, through ``step``, ``step_some`` (with ``hold``), ``env_method`` resets and
-    episode ends; ``get_attr`` answers in the order asked, and a worker's error comes back with its traceback."""
+@pytest.mark.parametrize("in_main", [True, False])
+def test_sharded_edo_envs_step_as_the_in_process_vec_env(small_world_kwargs, in_main):
+    """Five EDO envs in two shards (the main process's and a worker's, or two workers') against the same five in one
+    process: the same observations, rewards, dones, infos and reset infos step for step, through ``step``,
+    ``step_some`` (with ``hold``), ``env_method`` resets and episode ends; ``get_attr`` answers in the order asked, and
+    a worker's error comes back with its traceback."""
 
     def make(cls, **kwargs):
         return make_vec_env("EDO-v0", n_envs=5, seed=3, vec_env_cls=cls, vec_env_kwargs=kwargs or None,
                             env_kwargs={"render_mode": None, **small_world_kwargs}, wrapper_class=GroupStartWrapper)  # fmt: skip
 
     ref = make(FreshInfoDummyVecEnv)
-    venv = make(ShardedVecEnv, n_workers=2, vec_env_cls=FreshInfoDummyVecEnv)
+    venv = make(ShardedVecEnv, n_workers=1 if in_main else 2, in_main=in_main, vec_env_cls=FreshInfoDummyVecEnv)
     try:
         assert venv.shards == [range(0, 3), range(3, 5)] and callable(getattr(venv, "step_some", None))
+        assert len(venv.processes) == (1 if in_main else 2) and (venv.remotes[0] is None) == in_main
         obs, obs_ref = venv.reset(), ref.reset()
         assert _same(dict(obs), dict(obs_ref)) and _same(venv.reset_infos, ref.reset_infos)
         rng = np.random.default_rng(0)
@@ -99,9 +109,12 @@ def test_sharded_edo_envs_step_as_the_in_process_vec_env(small_world_kwargs):
         assert ends >= 10 and held >= 1  # episode ends, auto-resets and held envs were all exercised
         assert venv.get_attr("num_tasks", [4, 0]) == ref.get_attr("num_tasks", [4, 0])
         assert venv.env_is_wrapped(GroupStartWrapper) == [True] * 5
-        with pytest.raises(RuntimeError, match=r"(?s)worker 1 \(envs 3-4\) failed:.*AttributeError.*no_such_method"):
+        with pytest.raises(RuntimeError, match=r"(?s)worker of shard 1 \(envs 3-4\) failed:.*AttributeError.*no_such_method"):
             venv.env_method("no_such_method", indices=[4])
-        assert venv.get_attr("num_tasks", [4]) == ref.get_attr("num_tasks", [4])  # the pipes are still in step
+        # an error in the main process's shard is raised as it is; the workers' replies are read all the same
+        with pytest.raises(AttributeError if in_main else RuntimeError, match="no_such_method"):
+            venv.env_method("no_such_method", indices=[0, 4])
+        assert venv.get_attr("num_tasks", [4, 1]) == ref.get_attr("num_tasks", [4, 1])  # the pipes are still in step
     finally:
         venv.close()
         ref.close()
@@ -110,7 +123,7 @@ def test_sharded_edo_envs_step_as_the_in_process_vec_env(small_world_kwargs):
 
 
 def test_a_worker_vec_env_without_step_some_gives_a_sharded_env_without_it():
-    venv = ShardedVecEnv([lambda: gym.make("CartPole-v1")] * 3, n_workers=2, vec_env_cls=DummyVecEnv)
+    venv = ShardedVecEnv([lambda: gym.make("CartPole-v1")] * 3, n_workers=2, in_main=False, vec_env_cls=DummyVecEnv)
     try:
         assert getattr(venv, "step_some", None) is None
         venv.seed(1)
@@ -126,13 +139,13 @@ def test_a_worker_vec_env_without_step_some_gives_a_sharded_env_without_it():
 
 @pytest.mark.slow
 def test_training_on_shards_gives_the_same_parameters(tmp_path, small_world_kwargs):
-    """GRPO through ``edo train``'s code on ``vec_env="shards"`` (2 workers) and on the in-process VecEnv: the same
+    """GRPO through ``edo train``'s code on ``vec_env="shards"`` (the main process and a worker) and on the in-process VecEnv: the same
     parameters to the bit, and the same number of env steps (step_some and hold work through the shards)."""
     kwargs = dict(env_id="EDO-v0", algo="grpo", total_timesteps=1_500, n_envs=4, group_size=4, groups_per_rollout=3,
                   batch_size=64, n_epochs=2, seed=5, eval_episodes=0, progress_bar=False, env_kwargs=small_world_kwargs)  # fmt: skip
     runs = {}
     for kind in ("dummy", "shards"):
-        cfg = TrainConfig(vec_env=kind, vec_workers=2 if kind == "shards" else None, output_dir=str(tmp_path / kind), **kwargs)
+        cfg = TrainConfig(vec_env=kind, vec_workers=1 if kind == "shards" else None, output_dir=str(tmp_path / kind), **kwargs)
         if kind == "shards":
             probe = make_train_env(cfg)
             assert isinstance(probe, ShardedVecEnv) and len(probe.shards) == 2
