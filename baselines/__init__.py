@@ -1,3 +1,4 @@
 from baselines.grpo import GRPO, GiGPO
+from baselines.sharded_vec_env import ShardedVecEnv
 
-__all__ = ["GRPO", "GiGPO"]
+__all__ = ["GRPO", "GiGPO", "ShardedVecEnv"]

@@ -126,6 +126,11 @@ def _worker(remote: Connection, parent_remote: Connection, payload: CloudpickleW
                     vec.close()
                 remote.send((True, None))
                 break
+            elif cmd == "batch":  # deferred env_method calls, then the command they rode along with
+                deferred, (cmd, data) = data
+                for call in deferred:
+                    _run(vec, *call)  # type: ignore[arg-type]
+                result = _run(vec, cmd, data)  # type: ignore[arg-type]
             else:
                 result = _run(vec, cmd, data)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - reported to the main process, which raises it there
@@ -150,6 +155,10 @@ class ShardedVecEnv(VecEnv):
     :param start_method: ``multiprocessing`` start method (default: ``"forkserver"`` where available, else
         ``"spawn"``, as ``SubprocVecEnv``). Each worker sets torch to one thread.
     :param vec_env_cls: The VecEnv class each shard is stepped in (default: ``DummyVecEnv``).
+    :param deferred_methods: Names of env methods whose ``env_method`` calls need not wait for a worker: their return
+        values are dropped (``env_method`` returns ``None`` per env) and a worker's calls are sent with its next
+        command and run before it, in the order made. ``edo train`` defers GRPO's ``queue_starts``, one call per
+        episode, which would otherwise cost a pipe round trip each. Calls for the main process's shard run at once.
     :raises ValueError: For no envs, or ``n_workers`` that is not an int >= 1 or gives more shards than envs.
     :raises RuntimeError: When a worker fails; the message carries the worker's traceback. An error in the main
         process's shard is raised as it is, after the workers' replies are read.
@@ -162,8 +171,14 @@ class ShardedVecEnv(VecEnv):
         in_main: bool = True,
         start_method: str | None = None,
         vec_env_cls: type[VecEnv] = DummyVecEnv,
+        deferred_methods: Collection[str] = (),
     ) -> None:
         n_envs = len(env_fns)
+        if isinstance(deferred_methods, str) or not all(isinstance(name, str) for name in deferred_methods):
+            raise ValueError(f"deferred_methods must be a collection of method names, got {deferred_methods!r}")
+        self.deferred_methods = frozenset(deferred_methods)
+        #: per worker shard, the deferred env_method calls not sent yet
+        self._deferred: dict[int, list[tuple[str, Any]]] = {}
         if n_envs < 1:
             raise ValueError("ShardedVecEnv needs at least one env")
         if not isinstance(in_main, bool):
@@ -240,7 +255,8 @@ class ShardedVecEnv(VecEnv):
     def _send(self, requests: dict[int, tuple[str, Any]]) -> None:
         for w, request in requests.items():
             if self.remotes[w] is not None:
-                self.remotes[w].send(request)  # type: ignore[union-attr]
+                deferred = self._deferred.pop(w, None)
+                self.remotes[w].send(("batch", (deferred, request)) if deferred else request)  # type: ignore[union-attr]
 
     def _finish(self, requests: dict[int, tuple[str, Any]]) -> dict[int, Any]:
         """Run the main process's request (if any) and read the workers' replies to ``requests`` (already sent)."""
@@ -330,6 +346,20 @@ class ShardedVecEnv(VecEnv):
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
     ) -> list[Any]:
+        if method_name in self.deferred_methods:
+            order = list(self._get_indices(indices))
+            by_shard: dict[int, list[int]] = {}
+            for i in order:
+                if not 0 <= i < self.num_envs:
+                    raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
+                by_shard.setdefault(int(self._worker_of[i]), []).append(int(self._local_of[i]))
+            for w, local in by_shard.items():
+                call = ("env_method", (method_name, method_args, method_kwargs, local))
+                if self.remotes[w] is None:
+                    _run(self._local, *call)  # type: ignore[arg-type]
+                else:
+                    self._deferred.setdefault(w, []).append(call)
+            return [None] * len(order)
         # one call per shard with all its envs: its VecEnv calls them in the order asked within the shard
         return self._per_env("env_method", lambda local: (method_name, method_args, method_kwargs, local), indices)
 
@@ -346,6 +376,7 @@ class ShardedVecEnv(VecEnv):
         if self.closed:
             return
         self.closed = True
+        self._deferred.clear()
         remotes = [remote for remote in self.remotes if remote is not None]
         if self.waiting:
             for remote in remotes:

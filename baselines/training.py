@@ -672,7 +672,11 @@ def make_train_env(cfg: TrainConfig) -> VecEnv:
     if cfg.vec_env == "dummy":
         vec_cls: type[VecEnv] = in_process
     elif cfg.vec_env == "shards":
-        vec_cls, vec_env_kwargs = ShardedVecEnv, {"n_workers": cfg.vec_workers, "vec_env_cls": in_process}
+        # GRPO/GiGPO queue each episode's next start with an env_method call whose value they do not read: it rides
+        # along with the worker's next command instead of costing a round trip of its own
+        deferred = ("queue_starts",) if cfg.algo in GROUP_ALGOS else ()
+        vec_cls = ShardedVecEnv
+        vec_env_kwargs = {"n_workers": cfg.vec_workers, "vec_env_cls": in_process, "deferred_methods": deferred}
     else:
         vec_cls = SubprocVecEnv
     # make_vec_env would ask for render_mode="rgb_array", which EDO does not support

@@ -50,6 +50,8 @@ def test_bad_worker_counts_are_rejected_before_any_process_starts():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="n_workers must be an int >= 1"):
             ShardedVecEnv(fns, n_workers=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="deferred_methods must be a collection of method names"):
+        ShardedVecEnv(fns, n_workers=1, deferred_methods="queue_starts")
     with pytest.raises(ValueError, match="in_main must be a bool"):
         ShardedVecEnv(fns, n_workers=1, in_main=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"vec_workers must be None or an int between 1 and n_envs - 1 \(3\)"):
@@ -67,19 +69,20 @@ def test_cli_rejects_vec_workers_without_shards(capsys):
     assert "vec_workers is for vec_env='shards' only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("in_main", [True, False])
+@pytest.mark.parametrize("in_main", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_sharded_edo_envs_step_as_the_in_process_vec_env(small_world_kwargs, in_main):
     """Five EDO envs in two shards (the main process's and a worker's, or two workers') against the same five in one
     process: the same observations, rewards, dones, infos and reset infos step for step, through ``step``,
-    ``step_some`` (with ``hold``), ``env_method`` resets and episode ends; ``get_attr`` answers in the order asked, and
-    a worker's error comes back with its traceback."""
+    ``step_some`` (with ``hold``), ``env_method`` resets, deferred ``queue_starts`` calls and episode ends;
+    ``get_attr`` answers in the order asked, and a worker's error comes back with its traceback."""
 
     def make(cls, **kwargs):
         return make_vec_env("EDO-v0", n_envs=5, seed=3, vec_env_cls=cls, vec_env_kwargs=kwargs or None,
                             env_kwargs={"render_mode": None, **small_world_kwargs}, wrapper_class=GroupStartWrapper)  # fmt: skip
 
     ref = make(FreshInfoDummyVecEnv)
-    venv = make(ShardedVecEnv, n_workers=1 if in_main else 2, in_main=in_main, vec_env_cls=FreshInfoDummyVecEnv)
+    venv = make(ShardedVecEnv, n_workers=1 if in_main else 2, in_main=in_main, vec_env_cls=FreshInfoDummyVecEnv,
+                deferred_methods=("queue_starts",))  # fmt: skip
     try:
         assert venv.shards == [range(0, 3), range(3, 5)] and callable(getattr(venv, "step_some", None))
         assert len(venv.processes) == (1 if in_main else 2) and (venv.remotes[0] is None) == in_main
@@ -104,6 +107,10 @@ def test_sharded_edo_envs_step_as_the_in_process_vec_env(small_world_kwargs, in_
             assert _same(venv.reset_infos, ref.reset_infos), t
             ends += int(out_ref[2].sum())
             obs_ref = out_ref[0]
+            if t == 60:  # deferred: no value back, and each env's queued start still applies at its next reset
+                starts = [[(11, None), (12, None)]]
+                assert venv.env_method("queue_starts", *starts, indices=[1, 4]) == [None, None]
+                assert ref.env_method("queue_starts", *starts, indices=[1, 4]) == [2, 2]
             if t == 120:
                 assert _same(venv.env_method("reset", seed=7, indices=[3]), ref.env_method("reset", seed=7, indices=[3]))
         assert ends >= 10 and held >= 1  # episode ends, auto-resets and held envs were all exercised
