@@ -362,6 +362,7 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     assert "2 finished before, 0 to run" in proc.stdout
 
 
+@pytest.mark.slow  # ~20-60 s on 2 cores: kept out of the fast suite (`make test-all` runs it)
 def test_study_ppo_tuning_smoke_one_setting(tmp_path):
     run_script(["benchmarks/study_ppo_tuning.py", "--smoke", "--algos", "maskable_ppo", "--settings", "sb3 defaults",
                 "--out-dir", str(tmp_path)])  # fmt: skip
@@ -588,6 +589,7 @@ def test_grpo_vs_ppo_full_tier_trains_with_the_committed_tuned_ent_coefs(tmp_pat
         tuned_ent_coefs(configure("--ent-coef-from", str(tmp_path / "missing.json")))
 
 
+@pytest.mark.slow  # ~20-60 s on 2 cores: kept out of the fast suite (`make test-all` runs it)
 def test_diagnostics_horizon_one_tiny_run_its_file_and_bad_input(tmp_path):
     out = tmp_path / "diag"
     args = ["benchmarks/diagnostics.py", "horizon", "--algo", "grpo", "--hops", "3", "--min-hops", "2", "--timesteps", "200",
@@ -649,6 +651,7 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
     "script, args, message",
     [
         ("train_throughput", ["--repeats", "0"], "--repeats must be >= 1"),
+        ("train_throughput", ["--train-arg", "shards"], "the first extra argument must be an option"),
         ("ab_search_cache", ["--windows", "0"], "--windows must be >= 1"),
         ("step_breakdown", ["--repeats", "0"], "--repeats must be >= 1"),
         ("step_breakdown", ["--warmup", "-1"], "--warmup must be >= 0"),
@@ -668,6 +671,13 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
 def test_speed_benchmarks_reject_bad_input(script, args, message):
     proc = subprocess.run([sys.executable, f"benchmarks/{script}.py", *args], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
+
+
+def test_train_throughput_knows_which_settings_have_worker_processes():
+    from benchmarks.train_throughput import _has_workers
+
+    assert _has_workers(["--vec-env=shards"]) and _has_workers(["--vec-env", "subproc"])
+    assert not _has_workers([]) and not _has_workers(["--vec-env=dummy", "--torch-threads=2"])
 
 
 @pytest.mark.slow

@@ -80,6 +80,7 @@ def test_a_replay_miss_is_a_clear_error_reported_as_a_failed_call(tmp_path):
     assert info["call_failed"] and "replay" in info["call_error"].lower()
 
 
+@pytest.mark.slow  # ~20-60 s on 2 cores: kept out of the fast suite (`make test-all` runs it)
 def test_edo_evaluate_with_the_local_model_records_then_replays_offline(tmp_path, capsys):
     """`edo evaluate` takes the backend flags of `edo demo`: a saved policy against the real local model, recorded;
     then the same command in replay mode against a stopped server prints the same table from the cache."""

@@ -130,6 +130,7 @@ def test_rgb_frames_are_fast_enough_to_record_video(make_env):
     assert median_ms < 100, median_ms
 
 
+@pytest.mark.slow  # ~20-60 s on 2 cores: kept out of the fast suite (`make test-all` runs it)
 def test_record_video_writes_episode_videos(make_env, tmp_path):
     pytest.importorskip("moviepy")
     env = gym.wrappers.RecordVideo(
