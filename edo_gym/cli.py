@@ -463,7 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--vec-workers", type=_count, default=None,
                     help="--vec-env shards: worker processes besides this one (default: the CPU count less one, at least 1)")  # fmt: skip
     tr.add_argument("--torch-threads", type=_count, default=d.torch_threads,
-                    help="torch intra-op threads of the training process (more than 1 changes results in the last bits)" + dft)  # fmt: skip
+                    help="torch intra-op threads of the training process (torch does not promise bit-identical results "
+                         "across thread counts)" + dft)  # fmt: skip
     tr.add_argument("--no-progress", action="store_true", help="no progress bars")
     tr.add_argument("--no-gc-freeze", action="store_true",
                     help="do not gc.freeze() at each rollout start (the same results; for timing comparisons)")  # fmt: skip
