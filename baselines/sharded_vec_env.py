@@ -281,14 +281,19 @@ class ShardedVecEnv(VecEnv):
     def _all(self, make_request: Callable[[range], tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
         return {w: make_request(shard) for w, shard in enumerate(self.shards)}
 
-    def _per_env(self, cmd: str, make_data: Callable[[list[int]], Any], indices: VecEnvIndices) -> list[Any]:
-        """Run ``cmd`` on the shards holding ``indices``; one result per index, in the order asked."""
+    def _by_shard(self, indices: VecEnvIndices) -> tuple[list[int], dict[int, list[int]]]:
+        """The env indices asked for, in order, and per shard their indices within it, in the order asked."""
         order = list(self._get_indices(indices))
-        local: dict[int, list[int]] = {}
+        by_shard: dict[int, list[int]] = {}
         for i in order:
             if not 0 <= i < self.num_envs:
                 raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
-            local.setdefault(int(self._worker_of[i]), []).append(int(self._local_of[i]))
+            by_shard.setdefault(int(self._worker_of[i]), []).append(int(self._local_of[i]))
+        return order, by_shard
+
+    def _per_env(self, cmd: str, make_data: Callable[[list[int]], Any], indices: VecEnvIndices) -> list[Any]:
+        """Run ``cmd`` on the shards holding ``indices``; one result per index, in the order asked."""
+        order, local = self._by_shard(indices)
         results = self._call({w: (cmd, make_data(idx)) for w, idx in local.items()})
         positions = {w: iter(range(len(idx))) for w, idx in local.items()}
         return [results[int(self._worker_of[i])][next(positions[int(self._worker_of[i])])] for i in order]
@@ -347,12 +352,7 @@ class ShardedVecEnv(VecEnv):
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
     ) -> list[Any]:
         if method_name in self.deferred_methods:
-            order = list(self._get_indices(indices))
-            by_shard: dict[int, list[int]] = {}
-            for i in order:
-                if not 0 <= i < self.num_envs:
-                    raise IndexError(f"env index {i} out of range for {self.num_envs} envs")
-                by_shard.setdefault(int(self._worker_of[i]), []).append(int(self._local_of[i]))
+            order, by_shard = self._by_shard(indices)
             for w, local in by_shard.items():
                 call = ("env_method", (method_name, method_args, method_kwargs, local))
                 if self.remotes[w] is None:
