@@ -333,3 +333,25 @@ def test_longer_seeded_runs_match_their_stored_digests(name: str) -> None:
     assert full_run_digest(name) == FULL_RUN_DIGESTS[name], (
         f"seeded run {name!r} changed: a speed-up is not exact, or the dynamics changed on purpose (then re-record it)"
     )
+
+
+def test_fast_rng_draws_equal_the_standard_librarys() -> None:
+    """``FastRNG``'s written-out ``integers`` / ``normal`` / ``choice`` draw exactly what ``random.Random`` does."""
+    import random
+
+    from edo_gym.agents.simulator import FastRNG
+
+    for seed in (0, 1, 12345, 2**40 + 7):
+        fast, ref = FastRNG(seed), random.Random(seed)
+        for n in (1, 2, 3, 7, 8, 1000, 2**33 + 1):
+            assert [fast.integers(n) for _ in range(50)] == [ref.randrange(n) for _ in range(50)]
+            assert [fast.integers(-5, n) for _ in range(50)] == [ref.randrange(-5, n) for _ in range(50)]
+        assert fast.integers(np.int64(9), np.int64(20)) == ref.randrange(9, 20)
+        assert [fast.normal(0.3, 2.0) for _ in range(101)] == [ref.gauss(0.3, 2.0) for _ in range(101)]
+        seq = ["a", "b", "c", "d", "e"]
+        assert [fast.choice(seq) for _ in range(50)] == [ref.choice(seq) for _ in range(50)]
+        assert fast.getstate() == ref.getstate()
+    with pytest.raises(ValueError, match="empty range"):
+        FastRNG(0).integers(0)
+    with pytest.raises(ValueError, match="empty range"):
+        FastRNG(0).integers(3, 3)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import _random
 import math
+import operator
 import random
 from bisect import bisect
 from collections.abc import Sequence
@@ -57,6 +58,9 @@ CONFIDENCE_BY_SOURCE = {"document": 0.72, "memory": 0.6, "computed": 0.7, "guess
 CONFIDENCE_SD = 0.16
 
 
+_TWO_PI = 2.0 * math.pi
+
+
 class FastRNG(random.Random):
     """The subset of ``numpy.random.Generator`` the simulator uses, on Python's Mersenne Twister.
 
@@ -75,10 +79,29 @@ class FastRNG(random.Random):
             super().__init__(seed)
 
     def integers(self, low: int, high: int | None = None) -> int:
-        return self.randrange(low) if high is None else self.randrange(low, high)
+        # random.Random.randrange(low[, high]) with step 1, written out so that `edo compile` compiles it: the same
+        # getrandbits draws (k bits, redrawn while >= n), so the same values (tested against randrange)
+        start, stop = (0, operator.index(low)) if high is None else (operator.index(low), operator.index(high))
+        n = stop - start
+        if n <= 0:
+            return self.randrange(low) if high is None else self.randrange(low, high)  # its error for an empty range
+        k = n.bit_length()
+        r = self.getrandbits(k)
+        while r >= n:
+            r = self.getrandbits(k)
+        return start + r
 
     def normal(self, mean: float = 0.0, sd: float = 1.0) -> float:
-        return self.gauss(mean, sd)
+        # random.Random.gauss(mean, sd) written out (compiled by `edo compile`): the same Box-Muller pair from two
+        # random() draws, the second value kept in gauss_next for the next call (tested against gauss)
+        z = self.gauss_next
+        self.gauss_next = None
+        if z is None:
+            x2pi = self.random() * _TWO_PI
+            g2rad = math.sqrt(-2.0 * math.log(1.0 - self.random()))
+            z = math.cos(x2pi) * g2rad
+            self.gauss_next = math.sin(x2pi) * g2rad
+        return mean + z * sd
 
     def choice(self, a: Any, p: Sequence[float] | None = None) -> Any:  # type: ignore[override]
         seq = range(a) if isinstance(a, int) else a
@@ -91,7 +114,7 @@ class FastRNG(random.Random):
             if len(cum) != n or not 0.0 < total < math.inf:
                 return self.choices(seq, weights=p)[0]
             return seq[bisect(cum, self.random() * total, 0, n - 1)]
-        return seq[self.randrange(len(seq))]
+        return seq[self.integers(len(seq))]
 
 
 #: A random source: a :class:`FastRNG` (the simulator's own) or a ``numpy.random.Generator`` (tests may pass one).
