@@ -662,6 +662,9 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("ab_revisions", ["--base", "HEAD", "--timesteps", "0"], "--timesteps must be >= 1"),
         ("ab_revisions", ["--base", "no-such-revision"], "is not a commit of this repository"),
         ("ab_revisions", [], "the following arguments are required: --base"),
+        ("ab_compiled", ["--rounds", "0"], "--rounds must be >= 1"),
+        ("ab_compiled", ["--steps", "0"], "--steps must be >= 1"),
+        ("ab_compiled", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("train_call_costs", ["--timesteps", "0"], "--timesteps must be >= 1"),
         ("train_call_costs", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("train_call_costs", ["--cache", "mine"], "invalid choice: 'mine'"),
@@ -739,6 +742,26 @@ def test_ab_revisions_tiny_run(tmp_path):
     assert set(data["median_parts_s"]["head"]) == {"env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s"}
     assert "| 1 |" in (tmp_path / "ab_revisions.md").read_text()
     assert worktrees() == before  # the base revision's temporary worktree is gone
+
+
+@pytest.mark.slow
+def test_ab_compiled_tiny_run(tmp_path):
+    """Two alternated rounds of the compiled and the pure arm: the same trajectories, both modes really in use (~110 s;
+    needs the build `make install` leaves)."""
+    from edo_gym import compiled
+
+    if compiled.summary() != "compiled":
+        pytest.skip("the hot modules are not all built and current here (`edo compile`)")
+    run_script(["benchmarks/ab_compiled.py", "--rounds", "2", "--steps", "300", "--warmup", "200",
+                "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "ab_compiled.json").read_text())
+    assert [r["first"] for r in data["rounds"]] == ["compiled", "pure"]
+    for r in data["rounds"]:
+        assert r["compiled"]["reward_sum"] == r["pure"]["reward_sum"] and r["compiled"]["episodes"] == r["pure"]["episodes"]
+        assert r["compiled_over_pure_time"] == pytest.approx(r["compiled"]["edo_s"] / r["pure"]["edo_s"])
+    assert set(data["summary"]) == {"compiled_over_pure_time", "compiled", "pure"}
+    assert data["machine"]["edo_hot_path"] == "compiled"
+    assert "| 1 | pure |" in (tmp_path / "ab_compiled.md").read_text()
 
 
 @pytest.mark.slow

@@ -1,0 +1,199 @@
+"""A/B of a warm EDO-v0 step: the compiled hot path (``edo compile``) against pure Python, in alternated windows.
+
+Absolute rates on a shared 2-core machine move by 10-30% within minutes, so the two are measured side by side: two
+long-lived processes run this checkout's code, one with ``EDO_GYM_COMPILED=on`` (the hot modules built by
+``edo compile``; the run fails if they are not all built and current) and one with ``EDO_GYM_COMPILED=off`` (pure
+Python), each on its own copy of one freshly prepared cache directory (as ``edo prepare`` leaves it). Each arm warms up
+with ``--warmup`` random legal steps (as ``env_throughput.py``), then ``--rounds`` rounds follow; in each, the arms take
+turns (the first arm alternating from round to round), and an arm's turn times ``--steps`` EDO-v0 steps and then as
+many CartPole-v1 steps, in the same process, like ``env_throughput.py``'s warm windows.
+
+Both arms draw the same seeds and actions, so they step the same trajectories: each window's sum of rewards and count
+of episodes must be equal in both arms (checked; the run fails otherwise). Reported per round and as medians: each
+arm's microseconds per EDO step, its ratio to CartPole's rate in the same window, and the compiled / pure time per EDO
+step.
+
+Usage: ``python benchmarks/ab_compiled.py [--rounds 7] [--steps 20000] [--warmup 150000]``.
+Results: ``benchmarks/results/ab_compiled.{json,md}`` (or ``--out-dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
+from benchmarks.train_throughput import _env, prepare_cache  # noqa: E402
+
+ARMS = ("compiled", "pure")
+_MODE = {"compiled": "on", "pure": "off"}
+
+#: An arm: reads "warmup N" / "window N" lines, answers each with a JSON line; the loop is env_throughput's.
+_CHILD = """
+import json, sys, time, numpy as np, gymnasium as gym, edo_gym
+from edo_gym import compiled
+env = gym.make("EDO-v0"); cartpole = gym.make("CartPole-v1"); rng = np.random.default_rng(0)
+obs, info = env.reset(seed=12345)
+def edo_steps(n):
+    global obs, info
+    total, episodes = 0.0, 0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        legal = np.flatnonzero(info["action_mask"])
+        obs, reward, terminated, truncated, info = env.step(int(legal[int(rng.random() * len(legal))]))
+        total += reward
+        if terminated or truncated:
+            episodes += 1
+            obs, info = env.reset()
+    return time.perf_counter() - t0, total, episodes
+def cartpole_steps(n):
+    cartpole.reset(seed=int(rng.integers(1 << 30)))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        _, _, terminated, truncated, _ = cartpole.step(int(rng.integers(2)))
+        if terminated or truncated:
+            cartpole.reset()
+    return time.perf_counter() - t0
+print(json.dumps({"hot_path": compiled.summary()}), flush=True)
+for line in sys.stdin:
+    cmd, n = line.split(); n = int(n)
+    if cmd == "warmup":
+        edo_steps(n); print(json.dumps({"ok": True}), flush=True)
+    else:
+        edo_s, total, episodes = edo_steps(n)
+        print(json.dumps({"edo_s": edo_s, "cartpole_s": cartpole_steps(n), "reward_sum": total, "episodes": episodes}),
+              flush=True)
+"""
+
+
+class Arm:
+    """One long-lived process running the env in one mode, on its own cache directory."""
+
+    def __init__(self, name: str, cache_dir: Path) -> None:
+        self.name = name
+        env = dict(_env(cache_dir), EDO_GYM_COMPILED=_MODE[name])
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.hot_path = self._read()["hot_path"]
+
+    def _read(self) -> dict[str, Any]:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the {self.name} arm exited ({self.proc.wait()}); its stderr is above")
+        return json.loads(line)
+
+    def ask(self, cmd: str, n: int) -> dict[str, Any]:
+        self.proc.stdin.write(f"{cmd} {n}\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="alternated rounds (default: 7)")
+    parser.add_argument("--steps", type=int, default=20_000, help="EDO (and CartPole) steps per window")
+    parser.add_argument("--warmup", type=int, default=150_000, help="warm-up steps per arm before the rounds")
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args()
+    for flag in ("rounds", "steps"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be >= 0, got {args.warmup}")
+
+    tmp = Path(tempfile.mkdtemp(prefix="edo_ab_compiled_"))
+    arms: dict[str, Arm] = {}
+    try:
+        print("preparing a cache directory (as `edo prepare` leaves it) ...", flush=True)
+        prepare_cache(tmp / "prepared")
+        for name in ARMS:
+            shutil.copytree(tmp / "prepared", tmp / name)
+            arms[name] = Arm(name, tmp / name)
+        if arms["compiled"].hot_path != "compiled":
+            raise SystemExit(f"the compiled arm runs {arms['compiled'].hot_path!r}: run `edo compile` (or make install)")
+        if arms["pure"].hot_path != "source":
+            raise SystemExit(f"the pure arm runs {arms['pure'].hot_path!r}, not pure Python")
+        for name in ARMS:
+            print(f"{name}: {args.warmup:,} warm-up steps ...", flush=True)
+            arms[name].ask("warmup", args.warmup)
+        rounds = []
+        for r in range(args.rounds):
+            order = ARMS if r % 2 == 0 else ARMS[::-1]
+            row: dict[str, Any] = {"round": r, "first": order[0]}
+            for name in order:
+                w = arms[name].ask("window", args.steps)
+                row[name] = {**w, "edo_us_per_step": w["edo_s"] / args.steps * 1e6,
+                             "edo_over_cartpole": w["cartpole_s"] / w["edo_s"]}  # fmt: skip
+            a, b = row["compiled"], row["pure"]
+            if (a["reward_sum"], a["episodes"]) != (b["reward_sum"], b["episodes"]):
+                raise SystemExit(f"round {r}: the arms stepped different trajectories (rewards {a['reward_sum']!r} "
+                                 f"vs {b['reward_sum']!r}, episodes {a['episodes']} vs {b['episodes']})")  # fmt: skip
+            row["compiled_over_pure_time"] = a["edo_s"] / b["edo_s"]
+            rounds.append(row)
+            print(f"round {r}: compiled {a['edo_us_per_step']:.1f} us ({a['edo_over_cartpole']:.3f}x CartPole), pure "
+                  f"{b['edo_us_per_step']:.1f} us ({b['edo_over_cartpole']:.3f}x); time ratio "
+                  f"{row['compiled_over_pure_time']:.3f}; same trajectory", flush=True)  # fmt: skip
+    finally:
+        for arm in arms.values():
+            arm.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def med(key: str, arm: str | None = None) -> float:
+        return float(np.median([(row[arm] if arm else row)[key] for row in rounds]))
+
+    summary = {
+        "compiled_over_pure_time": {"median": med("compiled_over_pure_time"),
+                                    "min": min(r["compiled_over_pure_time"] for r in rounds),
+                                    "max": max(r["compiled_over_pure_time"] for r in rounds)},
+        **{arm: {"edo_us_per_step": med("edo_us_per_step", arm), "edo_over_cartpole": med("edo_over_cartpole", arm)}
+           for arm in ARMS},
+    }  # fmt: skip
+    rev = git_revision()
+    md = [
+        "# A/B: the compiled hot path against pure Python (warm EDO-v0 steps)",
+        "",
+        f"Machine: {machine_line()}. Revision {rev}. Command: `python benchmarks/ab_compiled.py --rounds {args.rounds} "
+        f"--steps {args.steps} --warmup {args.warmup}`.",
+        "",
+        "Two long-lived processes of the same code (`EDO_GYM_COMPILED=on` / `off`) on copies of one prepared cache, "
+        "alternating windows; the same seeds and actions, so the same trajectories (each window's reward sum and "
+        "episode count are checked equal). The ratio to CartPole-v1 is measured in the same window.",
+        "",
+        f"**Median compiled / pure time per EDO step: {summary['compiled_over_pure_time']['median']:.3f}** (rounds "
+        f"{summary['compiled_over_pure_time']['min']:.3f}-{summary['compiled_over_pure_time']['max']:.3f}). Medians: "
+        f"compiled {summary['compiled']['edo_us_per_step']:.1f} us a step, "
+        f"**{summary['compiled']['edo_over_cartpole']:.3f}x** CartPole; pure {summary['pure']['edo_us_per_step']:.1f} us, "
+        f"**{summary['pure']['edo_over_cartpole']:.3f}x**.",
+        "",
+        "| round | first | compiled us/step | compiled / CartPole | pure us/step | pure / CartPole | compiled / pure time |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rounds:
+        a, b = row["compiled"], row["pure"]
+        md.append(f"| {row['round']} | {row['first']} | {a['edo_us_per_step']:.1f} | {a['edo_over_cartpole']:.3f} | "
+                  f"{b['edo_us_per_step']:.1f} | {b['edo_over_cartpole']:.3f} | {row['compiled_over_pure_time']:.3f} |")  # fmt: skip
+    payload = {"revision": rev, "settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
+               "summary": summary, "rounds": rounds}  # fmt: skip
+    json_path, md_path = write_results("ab_compiled", payload, "\n".join(md), args.out_dir)
+    print(md[6])
+    print(f"wrote {json_path} and {md_path}")
+
+
+if __name__ == "__main__":
+    main()
