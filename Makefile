@@ -21,9 +21,10 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 install: $(STAMP) $(BUILT)
 
 # The env's hot modules built with Cython (`edo compile`; edo_gym/compiled.py): the same source, so the same
-# trajectories (tested), at about half the cost of a warm step. Rebuilds only modules whose source changed; a build
-# whose source changed since is never used (that module runs from source, with a warning). Without a C compiler the
-# build fails with a message and everything runs as pure Python. EDO_GYM_COMPILED=off runs pure Python anyway.
+# trajectories (tested); a warm step alone took 0.885 of pure Python's time (benchmarks/results/ab_compiled.md), no
+# measurable change inside `make train` on 2 cores (README, "Compiled hot path"). Rebuilds only modules whose source
+# changed; a build whose source changed since is never used (that module runs from source, with a warning). Without a
+# C compiler the build fails with a message and everything runs as pure Python. EDO_GYM_COMPILED=off: pure Python.
 $(BUILT): $(STAMP) $(shell find edo_gym -name '*.py')
 	$(BIN)/edo compile || echo "make: edo compile failed (see above); EDO-Gym runs as pure Python, slower, same results" >&2
 
