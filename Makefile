@@ -25,8 +25,10 @@ install: $(STAMP) $(BUILT)
 # measurable change inside `make train` on 2 cores (README, "Compiled hot path"). Rebuilds only modules whose source
 # changed; a build whose source changed since is never used (that module runs from source, with a warning). Without a
 # C compiler the build fails with a message and everything runs as pure Python. EDO_GYM_COMPILED=off: pure Python.
+# the build itself imports edo_gym: under EDO_GYM_COMPILED=on that import would refuse the stale modules it rebuilds
+ENV_AUTO := EDO_GYM_COMPILED=auto
 $(BUILT): $(STAMP) $(shell find edo_gym -name '*.py')
-	$(BIN)/edo compile || echo "make: edo compile failed (see above); EDO-Gym runs as pure Python, slower, same results" >&2
+	$(ENV_AUTO) $(BIN)/edo compile || echo "make: edo compile failed (see above); EDO-Gym runs as pure Python, slower, same results" >&2
 
 compile: $(BUILT)  ## build the env's hot modules with Cython (done by `make install`; same trajectories, faster steps)
 

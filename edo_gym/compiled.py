@@ -149,7 +149,10 @@ class _CompiledModuleFinder(importlib.abc.MetaPathFinder):
         if reason is None:
             return None  # the default path finder takes the extension module, as it always does
         if wanted == "on":
-            raise ImportError(f"{ENV_VAR}=on but {fullname} is not compiled and current: {reason}; run `edo compile`")
+            raise ImportError(
+                f"{ENV_VAR}=on but {fullname} is not compiled and current: {reason}; build it with "
+                f"`{ENV_VAR}=auto edo compile` (or `make compile`)"
+            )
         _FALLBACKS[fullname] = reason
         if reason != "not built":
             warnings.warn(f"{fullname} runs from source: {reason}; run `edo compile` (or `make install`)", stacklevel=2)
