@@ -6,7 +6,8 @@
 - where a build is present the suite runs on it (a fallback to source would otherwise go unnoticed);
 - the finder's decisions on a temporary package: not built, built by something else, source changed since the
   build, current; ``EDO_GYM_COMPILED`` ``on`` / ``off`` / a bad value;
-- ``build()`` compiles a module of a copy of the package for real, and a fresh process imports it.
+- ``build()`` compiles a module of a copy of the package for real, and a fresh process imports it;
+- (slow) GRPO through ``edo train``'s code trains the same parameters in a compiled and in a pure-Python process.
 """
 
 from __future__ import annotations
@@ -196,3 +197,38 @@ def test_build_compiles_a_module_that_a_fresh_process_then_imports(tmp_path: Pat
     assert source_reason(module, compiled.read_manifest(pkg), pkg) == "queries.py changed since it was compiled"
     removed = compiled.clean(pkg)
     assert str(pkg / "world" / f"queries{_EXT}") in removed and not (pkg / MANIFEST_NAME).exists()
+
+
+_TRAIN = """
+import json, sys, torch
+from baselines.training import TrainConfig, train
+from edo_gym import compiled
+cfg = TrainConfig(**json.loads(sys.argv[1]))
+model, result = train(cfg)
+torch.save(model.policy.state_dict(), sys.argv[2])
+print(json.dumps({"summary": compiled.summary(), "steps": result.num_timesteps}))
+"""
+
+
+@pytest.mark.slow
+def test_grpo_trains_the_same_parameters_compiled_and_as_pure_python(tmp_path: Path) -> None:
+    """``edo train``'s code (GRPO, default world) in a compiled and in a pure-Python process: the same parameters to the
+    bit (~20 s)."""
+    if not _all_built():
+        pytest.skip("the hot modules are not all built and current here (`edo compile`)")
+    import torch
+
+    settings = dict(env_id="EDO-v0", algo="grpo", total_timesteps=3_000, n_envs=4, group_size=4, groups_per_rollout=3,
+                    batch_size=64, n_epochs=2, seed=5, eval_episodes=0, progress_bar=False)  # fmt: skip
+    runs = {}
+    for mode in ("on", "off"):
+        out = tmp_path / mode
+        proc = _run(_TRAIN.replace("sys.argv[1]", repr(json.dumps({**settings, "output_dir": str(out)}))).replace(
+            "sys.argv[2]", repr(str(tmp_path / f"{mode}.pt"))), mode)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        runs[mode]["params"] = torch.load(tmp_path / f"{mode}.pt", weights_only=True)
+    assert runs["on"]["summary"] == "compiled" and runs["off"]["summary"] == "source"
+    assert runs["on"]["steps"] == runs["off"]["steps"] >= 3_000
+    a, b = runs["on"]["params"], runs["off"]["params"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
