@@ -40,10 +40,12 @@ from benchmarks.train_throughput import _env, prepare_cache  # noqa: E402
 ARMS = ("compiled", "pure")
 _MODE = {"compiled": "on", "pure": "off"}
 
-#: An arm: reads "warmup N" / "window N" lines, answers each with a JSON line; the loop is env_throughput's.
+#: An arm: reads "warmup N" / "window N" lines, answers each with a JSON line. The EDO loop is env_throughput's
+#: ``random_legal_steps`` plus a sum of rewards (to check that both arms step the same trajectory); CartPole runs it.
 _CHILD = """
 import json, sys, time, numpy as np, gymnasium as gym, edo_gym
 from edo_gym import compiled
+from benchmarks.env_throughput import random_legal_steps
 env = gym.make("EDO-v0"); cartpole = gym.make("CartPole-v1"); rng = np.random.default_rng(0)
 obs, info = env.reset(seed=12345)
 def edo_steps(n):
@@ -58,14 +60,6 @@ def edo_steps(n):
             episodes += 1
             obs, info = env.reset()
     return time.perf_counter() - t0, total, episodes
-def cartpole_steps(n):
-    cartpole.reset(seed=int(rng.integers(1 << 30)))
-    t0 = time.perf_counter()
-    for _ in range(n):
-        _, _, terminated, truncated, _ = cartpole.step(int(rng.integers(2)))
-        if terminated or truncated:
-            cartpole.reset()
-    return time.perf_counter() - t0
 print(json.dumps({"hot_path": compiled.summary()}), flush=True)
 for line in sys.stdin:
     cmd, n = line.split(); n = int(n)
@@ -73,8 +67,8 @@ for line in sys.stdin:
         edo_steps(n); print(json.dumps({"ok": True}), flush=True)
     else:
         edo_s, total, episodes = edo_steps(n)
-        print(json.dumps({"edo_s": edo_s, "cartpole_s": cartpole_steps(n), "reward_sum": total, "episodes": episodes}),
-              flush=True)
+        cartpole_s = random_legal_steps(cartpole, n, rng, masked=False)
+        print(json.dumps({"edo_s": edo_s, "cartpole_s": cartpole_s, "reward_sum": total, "episodes": episodes}), flush=True)
 """
 
 

@@ -283,10 +283,8 @@ def build(
         lines = "; ".join(f"{m}: {type(e).__name__}: {e}" for m, e in failures.items())
         raise RuntimeError(f"{len(failures)} module(s) failed to compile ({lines}); they run from source")
     fresh = read_manifest(package_dir)
-    return {
-        m: "compiled" if source_reason(m, fresh, package_dir) is None else f"source: {source_reason(m, fresh, package_dir)}"
-        for m in wanted
-    }
+    reasons = {m: source_reason(m, fresh, package_dir) for m in wanted}
+    return {m: "compiled" if reason is None else f"source: {reason}" for m, reason in reasons.items()}
 
 
 def clean(package_dir: Path = PACKAGE_DIR) -> list[str]:
