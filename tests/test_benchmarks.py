@@ -669,11 +669,25 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("train_call_costs", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("train_call_costs", ["--cache", "mine"], "invalid choice: 'mine'"),
         ("train_call_costs", ["--cache", "default", "--no-reachable"], "--no-reachable applies to --cache prepared only"),
+        ("render_cost", ["--episodes", "0"], "--episodes must be >= 1"),
+        ("render_cost", ["--repeats", "0"], "--repeats must be >= 1"),
+        ("render_cost", ["--seed", "-1"], "--seed must be >= 0"),
     ],
 )
 def test_speed_benchmarks_reject_bad_input(script, args, message):
     proc = subprocess.run([sys.executable, f"benchmarks/{script}.py", *args], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
+
+
+def test_render_cost_tiny_run(tmp_path):
+    """Frames and steps timed side by side (one episode, one repeat: ~10 s, most of it the env's first reset)."""
+    run_script(["benchmarks/render_cost.py", "--episodes", "1", "--repeats", "1", "--out-dir", str(tmp_path)], timeout=300)
+    data = json.loads((tmp_path / "render_cost.json").read_text())
+    (run,) = data["runs"]
+    assert run["frames"] >= 1 and run["frame_ms_median"] > 0 and run["step_ms_median"] > 0
+    assert run["frame_over_step"] == pytest.approx(run["frame_ms_median"] / run["step_ms_median"])
+    assert data["frame_ms"]["median"] == pytest.approx(run["frame_ms_median"])
+    assert "ms a frame" in (tmp_path / "render_cost.md").read_text()
 
 
 def test_train_throughput_knows_which_settings_have_worker_processes():
