@@ -672,6 +672,9 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("render_cost", ["--episodes", "0"], "--episodes must be >= 1"),
         ("render_cost", ["--repeats", "0"], "--repeats must be >= 1"),
         ("render_cost", ["--seed", "-1"], "--seed must be >= 0"),
+        ("step_interference", ["--steps", "0"], "--steps must be >= 1"),
+        ("step_interference", ["--sweep-mib", "0"], "--sweep-mib must be >= 1"),
+        ("step_interference", ["--warmup", "-1"], "--warmup must be >= 0"),
     ],
 )
 def test_speed_benchmarks_reject_bad_input(script, args, message):
@@ -688,6 +691,30 @@ def test_render_cost_tiny_run(tmp_path):
     assert run["frame_over_step"] == pytest.approx(run["frame_ms_median"] / run["step_ms_median"])
     assert data["frame_ms"]["median"] == pytest.approx(run["frame_ms_median"])
     assert "ms a frame" in (tmp_path / "render_cost.md").read_text()
+
+
+def test_every_runs_its_callable_once_per_n_calls():
+    from benchmarks.step_interference import every
+
+    calls = []
+    call = every(3, lambda: calls.append(1))
+    for _ in range(7):
+        call()
+    assert len(calls) == 3  # calls 1, 4 and 7
+
+
+@pytest.mark.slow
+def test_step_interference_tiny_run(tmp_path):
+    """Each arm replays the same recorded steps; ratios are against the tight arm of the same round (~20 s)."""
+    run_script(["benchmarks/step_interference.py", "--steps", "300", "--repeats", "2", "--warmup", "100",
+                "--out-dir", str(tmp_path)], timeout=600)  # fmt: skip
+    data = json.loads((tmp_path / "step_interference.json").read_text())
+    assert data["steps"] >= 300 and len(data["rounds"]) == 2
+    for rnd in data["rounds"]:
+        assert rnd["over_tight"]["tight"] == 1.0
+        for arm, rate in rnd["steps_per_s"].items():
+            assert rate > 0 and rnd["over_tight"][arm] == pytest.approx(rate / rnd["steps_per_s"]["tight"])
+    assert set(data["summary"]) == {"tight", "policy", "policy / 16 calls", "cache sweep"}
 
 
 def test_train_throughput_knows_which_settings_have_worker_processes():
