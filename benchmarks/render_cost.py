@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import check_counts, machine_line, median_iqr, write_results  # noqa: E402
+from benchmarks.common import check_counts, git_revision, machine_line, median_iqr, write_results  # noqa: E402
 
 
 def time_frames(env: Any, episodes: int, rng: np.random.Generator) -> tuple[list[float], list[float]]:
@@ -76,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     env.close()
     frame = median_iqr([r["frame_ms_median"] for r in runs])
     ratio = median_iqr([r["frame_over_step"] for r in runs])
-    payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None}, "runs": runs,
+    payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None}, "revision": git_revision(), "runs": runs,
                "frame_ms": frame, "frame_over_step": ratio}  # fmt: skip
     lines = [
         "# rgb_array frames against env steps, same run",
         "",
-        machine_line(),
+        machine_line() + f"; revision {payload['revision']}",
         f"Command: `{' '.join(['python', 'benchmarks/render_cost.py', *(argv if argv is not None else sys.argv[1:])])}`.",
         "",
         "| repeat | frames | frame ms (median) | frame ms (p90) | step ms (median) | frame / step |",

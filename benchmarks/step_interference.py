@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import check_counts, machine_line, median_iqr, write_results  # noqa: E402
+from benchmarks.common import check_counts, git_revision, machine_line, median_iqr, write_results  # noqa: E402
 from benchmarks.env_throughput import random_legal_steps  # noqa: E402
 
 ARMS = ("tight", "policy", "policy / 16 calls", "cache sweep")
@@ -162,12 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     env.close()
     summary = {arm: {"steps_per_s": median_iqr([x["steps_per_s"][arm] for x in rounds]),
                      "over_tight": median_iqr([x["over_tight"][arm] for x in rounds])} for arm in ARMS}  # fmt: skip
-    payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
+    payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None}, "revision": git_revision(),
                "steps": sum(len(a) for _, a in episodes), "episodes": len(episodes), "rounds": rounds, "summary": summary}  # fmt: skip
     lines = [
         "# EDO-v0 steps with work between them: env time only, same steps, same process",
         "",
-        machine_line(),
+        machine_line() + f"; revision {payload['revision']}",
         f"Command: `{' '.join(['python', 'benchmarks/step_interference.py', *(argv if argv is not None else sys.argv[1:])])}`; "
         f"{payload['steps']:,} steps in {len(episodes):,} episodes, replayed by each arm in each of {args.repeats} rounds.",
         "",
