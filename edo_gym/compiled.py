@@ -277,7 +277,7 @@ def build(
             staged = package_dir / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
             staged.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
             os.replace(staged, package_dir / MANIFEST_NAME)
-        else:
+        elif (package_dir / MANIFEST_NAME).exists():
             os.utime(package_dir / MANIFEST_NAME)  # up to date: `make` compares this file's time with the sources'
     if failures:
         lines = "; ".join(f"{m}: {type(e).__name__}: {e}" for m, e in failures.items())

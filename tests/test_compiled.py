@@ -153,6 +153,12 @@ def test_build_rejects_modules_that_are_not_hot() -> None:
         compiled.build(["edo_gym.cli"])
 
 
+def test_build_of_no_modules_in_an_unbuilt_package_does_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("Cython")
+    assert compiled.build([], package_dir=tmp_path, progress=False) == {}
+    assert not (tmp_path / compiled.MANIFEST_NAME).exists()
+
+
 def test_edo_compile_status_lists_every_hot_module() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "edo_gym.cli", "compile", "--status"],
