@@ -96,6 +96,7 @@ def test_edo_serve_llm_prints_its_base_url_serves_and_stops_on_interrupt():
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=90)  # stopping llama.cpp frees the model; slow on a loaded machine
     assert rc == 0, proc.stderr.read()
+    assert lines.get(timeout=10).strip() == "stopped"  # its last line, flushed before the process ended
     with pytest.raises((urllib.error.URLError, OSError)):
         _get(base_url + "/models")
 

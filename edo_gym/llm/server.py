@@ -141,8 +141,16 @@ def serve(
     ctx: int = DEFAULT_CTX,
     parallel: int = 1,
     verbose: bool = False,
+    end_process: bool = True,
 ) -> int:
-    """Serve ``model`` until SIGINT/SIGTERM; print ``base_url: URL`` and a ``model:`` line first. Returns 0."""
+    """Serve ``model`` until SIGINT/SIGTERM; print ``base_url: URL`` and a ``model:`` line first, ``stopped`` last.
+
+    :param end_process: after the stop, end the process at once with exit status 0 (``os._exit``) instead of
+        running llama.cpp's in-process teardown: xllamacpp's destructor holds the GIL while it stops the HTTP server
+        and frees the model, and it hung once in CI on an interrupt, deaf to a second one. Nothing in it needs to run
+        at the end of a process (the OS closes the socket and frees the memory). ``edo serve-llm`` and
+        ``python -m edo_gym.llm.server`` use the default; ``False`` returns 0 after the teardown.
+    """
     path, name = resolve_model(model)
     start = time.perf_counter()
     server, base_url = start_server(
@@ -170,8 +178,11 @@ def serve(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        del server  # stops the HTTP server and frees the model
-        print("stopped", flush=True)
+    print("stopped", flush=True)
+    if end_process:
+        sys.stderr.flush()
+        os._exit(0)
+    del server  # stops the HTTP server and frees the model
     return 0
 
 
