@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 import sqlite3
@@ -193,3 +194,29 @@ def test_a_pickled_service_keeps_its_task_pools_in_a_fresh_process(small_world_k
     proc = run_python(code, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_round_trips_in_one_process_register_no_copies_of_the_pools(small_world_kwargs, make_env):
+    """An env unpickled (or deep-copied) in the process that holds its service registers no copy of the task pool it
+    brings along: the service keeps its pools, the reachable queries stay the same and the next pickle does not grow.
+    Before, each round trip doubled the pools the service held and pickled (7 round trips in a row took a minute)."""
+    env = make_env(**small_world_kwargs)
+    service = env.unwrapped.service
+    expected = service.reachable_query_texts()
+    pools = len(service._task_lists)  # this env's, and those of other tests' envs on the same world
+    clones, sizes = [env], []
+    try:
+        for _ in range(4):
+            data = pickle.dumps(clones[-1])
+            sizes.append(len(data))
+            clones.append(pickle.loads(data))
+        for _ in range(2):
+            clones.append(copy.deepcopy(clones[-1]))
+        assert all(clone.unwrapped.service is service for clone in clones)
+        # the first pickle holds one pool list (the env's is the service's); a clone's own list is another, equal one
+        assert sizes[1:] == [sizes[1]] * 3, sizes
+        assert len(service._task_lists) == pools
+        assert service.reachable_query_texts() == expected
+    finally:
+        for clone in clones[1:]:
+            clone.close()

@@ -671,6 +671,8 @@ class RetrievalService:
         #: Task pools of the envs built on this service, by ``id`` (each held here): their analytics tasks' compute
         #: queries are among the reachable queries (see :meth:`add_tasks`).
         self._task_lists: dict[int, Sequence[Task]] = {}
+        #: The contents of those pools, so that an equal pool in another list (an unpickled copy) is not added again.
+        self._task_contents: set[tuple[Task, ...]] = set()
         self.token_memo = LRUCache(config.query_cache_size)
         #: piece -> token count when whole texts may be counted by pieces (see :meth:`count_tokens`), else ``None``
         self.piece_tokens: dict[str, int] | None = {} if space_decomposable(embedder.token_counter()) else None
@@ -916,8 +918,19 @@ class RetrievalService:
 
     def add_tasks(self, tasks: Sequence[Task]) -> None:
         """Register a task pool of this world (``TaskPool.tasks``; each env does at construction): the reachable
-        queries (:meth:`reachable_query_texts`) then include its analytics tasks' compute queries."""
-        self._task_lists.setdefault(id(tasks), tasks)
+        queries (:meth:`reachable_query_texts`) then include its analytics tasks' compute queries.
+
+        A pool equal to one registered already is not added again: each unpickled env (``pickle``, ``copy.deepcopy``)
+        brings its own copy of the pools its service held, and the service pickles every pool it holds, so copies
+        registered again would double the pools at each round trip in one process (and the time and size of the next
+        pickle with them)."""
+        if id(tasks) in self._task_lists:
+            return
+        content = tuple(tasks)  # frozen dataclasses: hashed in about 1 ms for 1,500 tasks
+        if content in self._task_contents:
+            return
+        self._task_contents.add(content)
+        self._task_lists[id(tasks)] = tasks
 
     def reachable_query_texts(self) -> list[str]:
         """:func:`edo_gym.world.queries.reachable_queries` of this world and the task pools registered with
