@@ -94,7 +94,7 @@ def test_edo_serve_llm_prints_its_base_url_serves_and_stops_on_interrupt():
         assert [m["id"] for m in _get(base_url + "/models")["data"]] == [SMOLLM2_NAME]
     finally:
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=90)  # stopping llama.cpp frees the model; slow on a loaded machine
+        rc = proc.wait(timeout=90)  # it ends right after printing "stopped" (no in-process teardown of llama.cpp)
     assert rc == 0, proc.stderr.read()
     assert lines.get(timeout=10).strip() == "stopped"  # its last line, flushed before the process ended
     with pytest.raises((urllib.error.URLError, OSError)):
