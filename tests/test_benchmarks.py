@@ -675,6 +675,9 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("step_interference", ["--steps", "0"], "--steps must be >= 1"),
         ("step_interference", ["--sweep-mib", "0"], "--sweep-mib must be >= 1"),
         ("step_interference", ["--warmup", "-1"], "--warmup must be >= 0"),
+        ("first_seen_queries", ["--steps", "0"], "--steps must be >= 1"),
+        ("first_seen_queries", ["--steps", "15000"], "--steps must be a multiple of --window"),
+        ("first_seen_queries", ["--settle", "300000"], "--settle must be a multiple of --window below --steps"),
     ],
 )
 def test_speed_benchmarks_reject_bad_input(script, args, message):
@@ -691,6 +694,33 @@ def test_render_cost_tiny_run(tmp_path):
     assert run["frame_over_step"] == pytest.approx(run["frame_ms_median"] / run["step_ms_median"])
     assert data["frame_ms"]["median"] == pytest.approx(run["frame_ms_median"])
     assert "ms a frame" in (tmp_path / "render_cost.md").read_text()
+
+
+def test_first_seen_queries_sorts_query_texts_into_families():
+    from benchmarks.first_seen_queries import family_of
+    from edo_gym.world.language import compute_instruction, question, reply_instruction
+
+    assert family_of(compute_instruction("sum", ["850", "probably 650, I think", "I don't know"])) == "compute"
+    assert family_of(compute_instruction("max", ["12"])) == "compute"
+    assert family_of(reply_instruction("about 30 days")) == "reply"
+    assert family_of(question(("employer",), "I. Rask")) == "other"
+
+
+@pytest.mark.slow
+def test_first_seen_queries_tiny_run(tmp_path):
+    """A prepared fresh cache, then two windows of random legal steps; every text counted once, in its family (~60 s,
+    most of it the preparation)."""
+    run_script(["benchmarks/first_seen_queries.py", "--steps", "2000", "--window", "1000", "--settle", "1000",
+                "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+    from benchmarks.first_seen_queries import FAMILIES, family_of
+
+    data = json.loads((tmp_path / "first_seen_queries.json").read_text())
+    assert len(data["texts_per_window"]) == 2 and sum(data["texts_per_window"]) == len(data["texts"])
+    assert sum(data["by_family"].values()) == len(data["texts"]) and set(data["by_family"]) == set(FAMILIES)
+    assert sum(data["by_family_after_settle"].values()) == data["texts_per_window"][1]
+    assert all(t["family"] == family_of(t["text"]) and t["window"] in (0, 1) for t in data["texts"])
+    assert data["prepare_s"] > 0
+    assert "texts to the model" in (tmp_path / "first_seen_queries.md").read_text()
 
 
 def test_every_runs_its_callable_once_per_n_calls():
