@@ -1,9 +1,10 @@
 """Which query texts still reach the embedding model after ``edo prepare``, and how often, under random play.
 
-One process, EDO-v0 on a fresh cache directory prepared as ``edo prepare`` leaves it (corpus, canonical queries and
-task texts embedded; the world's reachable queries embedded and searched ahead; word-piece counts stored). Then
-``--steps`` random legal steps (seeded, as ``env_throughput.py`` takes them), counting every text the query encoders
-send to the model (a text no cache held: each is a forward pass), per window of ``--window`` steps, by family:
+A fresh cache directory is prepared as ``make prepare`` leaves it, in a process of its own (corpus, canonical
+queries and task texts embedded; the world's reachable queries embedded and searched ahead; word-piece counts
+stored). Then EDO-v0 is made on it in this process and takes ``--steps`` random legal steps (seeded, as
+``env_throughput.py`` takes them), counting every text the query encoders send to the model (a text no cache held:
+each is a forward pass), per window of ``--window`` steps, by family:
 
 - ``compute``: an analytics task's compute step mislabelled as a lookup, its instruction with the upstream figures
   filled in (wrong, abstained or drifted ones included; ``edo_gym.world.queries`` lists only the gold figures);
@@ -62,21 +63,23 @@ def record_model_texts(service: Any, sink: list[str]) -> None:
         embedder.encode_one = recorded
 
 
-def run(args: argparse.Namespace) -> tuple[float, list[list[str]], float]:
-    """Make EDO-v0 on the configured (empty) cache, prepare it, step; returns the preparation's seconds, the texts
-    sent to the model per window, and the model's seconds on them."""
+def run(args: argparse.Namespace, cache_dir: Path) -> tuple[float, list[list[str]], float]:
+    """Prepare the empty ``cache_dir`` in a fresh process (``train_throughput.prepare_cache``, as ``make prepare``
+    leaves it), then make EDO-v0 on it here and step; returns the preparation's seconds, the texts sent to the model
+    per window, and the model's seconds on them."""
     import gymnasium as gym
 
     import edo_gym  # noqa: F401 - registers EDO-v0
     from benchmarks.env_throughput import random_legal_steps
+    from benchmarks.train_throughput import prepare_cache
 
+    t0 = time.perf_counter()
+    prepare_cache(cache_dir)
+    prepare_s = time.perf_counter() - t0
+    print(f"prepared the cache as `make prepare` leaves it in {prepare_s:.1f} s", flush=True)
     env = gym.make("EDO-v0")
     try:
         service = env.unwrapped.service
-        t0 = time.perf_counter()
-        service.complete_all(reachable_queries=True, top_k=[w.spec.top_k for w in env.unwrapped.workers])
-        prepare_s = time.perf_counter() - t0
-        print(f"prepared the cache as `edo prepare` does in {prepare_s:.1f} s", flush=True)
         texts: list[str] = []
         record_model_texts(service, texts)
         model_s0 = sum(e.model_s for e in service.encoders)
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as cache_dir:
         os.environ["EDO_GYM_CACHE_DIR"] = cache_dir  # read when the env is made
         try:
-            prepare_s, windows, model_s = run(args)
+            prepare_s, windows, model_s = run(args, Path(cache_dir))
         finally:
             if configured is None:
                 del os.environ["EDO_GYM_CACHE_DIR"]
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         machine_line() + f"; revision {payload['revision']}",
         f"Command: `{' '.join(['python', 'benchmarks/first_seen_queries.py', *(argv if argv is not None else sys.argv[1:])])}`.",
-        f"A fresh cache directory prepared as `edo prepare` leaves it ({prepare_s:.1f} s), then {args.steps:,} random legal "
+        f"A fresh cache directory prepared as `make prepare` leaves it ({prepare_s:.1f} s, another process), then {args.steps:,} random legal "
         f"steps (seed {args.seed}) in windows of {args.window:,}.",
         "",
         "| | texts to the model | compute | reply | other |",
