@@ -174,17 +174,19 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         if args.no_reachable:
             print("  reachable queries: skipped (--no-reachable)")
         elif runtime is None:
-            why = "the static encoder embeds a query in microseconds" if service.config.encoder == "static" else (
-                "retrieval.runtime_cache is off")  # fmt: skip
-            print(f"  reachable queries: nothing to do ({why}; no run-time cache)")
+            print("  reachable queries: nothing to do (retrieval.runtime_cache is off; no run-time cache)")
         elif not runtime.writable():
             print(f"  reachable queries: not embedded: the run-time cache {runtime.path} cannot be written (unusable, "
                   f"or at its size limit ${MAX_MB_ENV_VAR})", file=sys.stderr)  # fmt: skip
         else:
-            n = service.embed_reachable_queries()
+            if service.vector_runtime is None:
+                print("  reachable queries: not embedded ahead (the static encoder embeds a query in microseconds); "
+                      f"run-time cache: {runtime.path}", flush=True)  # fmt: skip
+            else:
+                n = service.embed_reachable_queries()
+                print(f"  {n:,} reachable queries embedded ahead of use in {time.perf_counter() - t2:.1f} s (the others "
+                      f"were cached already); run-time cache: {runtime.path}", flush=True)  # fmt: skip
             t3 = time.perf_counter()
-            print(f"  {n:,} reachable queries embedded ahead of use in {t3 - t2:.1f} s (the others were "
-                  f"cached already); run-time cache: {runtime.path}", flush=True)  # fmt: skip
             if service.config.search_cache:
                 m = service.search_reachable_queries([w.spec.top_k for w in base.workers])
                 print(f"  {m:,} (query, shard) searches of them run ahead of use in {time.perf_counter() - t3:.1f} s (the "

@@ -363,8 +363,9 @@ class RetrievalConfig:
     #: ``"transformer"`` (default): texts are embedded by the model itself. ``"static"``: by a model2vec static
     #: model distilled locally from it (about a minute once, then cached; see :mod:`edo_gym.retrieval.static`).
     #: Much faster per new query, NOT exact: retrieval results, recall and the observation's task embedding differ
-    #: from the default mode's (token counts, hence costs, do not). The run-time disk cache is not used with it
-    #: (computing a static vector is cheaper than reading one).
+    #: from the default mode's (token counts, hence costs, do not). With it the run-time disk cache (a database of
+    #: its own) keeps search results and token counts, not query vectors (computing a static vector is cheaper than
+    #: reading one).
     encoder: str = "transformer"
 
     def __post_init__(self) -> None:

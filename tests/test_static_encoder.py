@@ -3,8 +3,9 @@
 - ``retrieval.encoder="static"`` distils a model2vec model from the default all-MiniLM-L6-v2 once (real
   distillation, about a minute on two cores; kept in the test session's embedding cache), then every query is
   embedded by it and searched in chromadb: the fast single-query path gives ``StaticModel.encode`` bit for bit,
-  retrieval still finds the facts' documents, token counts (costs) equal the default mode's, and the env runs
-  deterministically under it;
+  retrieval still finds the facts' documents, token counts (costs) equal the default mode's, the env runs
+  deterministically under it, and search results kept in the run-time disk cache (searched ahead as ``edo prepare``
+  does, or stored by another process) leave trajectories unchanged;
 - a bad encoder name is a clear error;
 - counting a text's tokens as the sum of its space-separated pieces gives the tokenizer's count of the whole text,
   on texts the env produces and on adversarial strings (control characters, accents, CJK, special tokens).
@@ -63,11 +64,7 @@ def test_without_model2vec_the_static_encoder_says_what_to_install(monkeypatch, 
 
 
 def test_static_mode_builds_every_list_at_start(static_env, tmp_path) -> None:
-    import shutil
-
-    # an empty embedding cache but for the distilled model (copied, not distilled again)
-    model_dir = static_env.service.embedders[0].directory
-    shutil.copytree(model_dir, tmp_path / model_dir.relative_to(static_env.service.cache.directory))
+    _copy_static_model(static_env, tmp_path)  # an empty embedding cache but for the distilled model
     env = gym.make("EDO-v0", retrieval={"encoder": "static", "cache_dir": str(tmp_path)})
     try:
         env.reset(seed=0)
@@ -119,6 +116,91 @@ def test_static_mode_counts_tokens_as_the_default_mode_and_is_deterministic(stat
     assert first == again
     # the task embedding in the observation comes from the static model: not the default mode's
     assert first[0][3] != _steps(gym.make("EDO-v0"), 1, seed=5)[0][3]
+
+
+def _copy_static_model(static_env: Any, cache_dir: Any) -> None:
+    """Put the session's distilled model into ``cache_dir`` (copied, not distilled again)."""
+    import shutil
+
+    model_dir = static_env.service.embedders[0].directory
+    shutil.copytree(model_dir, cache_dir / model_dir.relative_to(static_env.service.cache.directory))
+
+
+def test_static_mode_keeps_search_results_on_disk_with_the_same_trajectories(static_env, tmp_path, small_world_kwargs):
+    """The run-time cache keeps search results (and token counts) for the static encoder too, in a database of its
+    own, not its query vectors: trajectories are equal with it off, searched and stored, and read back by another
+    service, which then queries no index; ``search_reachable_queries`` stores what one-at-a-time searches find."""
+    from edo_gym.retrieval.store import query_digest
+    from tests.test_speed_options import _assert_same, _trajectory
+
+    for name in ("off", "on"):
+        _copy_static_model(static_env, tmp_path / name)
+
+    def make(name: str, **retrieval: Any) -> Any:
+        return gym.make(
+            "EDO-v0", **small_world_kwargs, retrieval={"encoder": "static", "cache_dir": str(tmp_path / name), **retrieval}
+        )
+
+    off, writer = make("off", runtime_cache=False), make("on")
+    reader = make("on", result_cache_size=49_999)  # another service on the same directory: its memos start empty
+    envs = (off, writer, reader)
+    try:
+        assert off.unwrapped.service.runtime is None
+        service = writer.unwrapped.service
+        assert service.runtime is not None and service.vector_runtime is None and service.encoders[0].runtime is None
+        assert "static-m2v" in service.runtime.model_id and service.runtime.dim == 256
+        runs = {"off": _trajectory(off, 600, 3), "writer": _trajectory(writer, 600, 3)}
+        service.flush()
+        runs["reader"] = _trajectory(reader, 600, 3)
+        _assert_same(runs["off"], runs["writer"], "static, search cache on (searched and stored)")
+        _assert_same(runs["off"], runs["reader"], "static, search cache on (read from disk)")
+
+        def retrievers(env: Any) -> list[Any]:
+            return list({id(r): r for r in env.unwrapped.service.retrievers}.values())
+
+        written = sum(r.searches for r in retrievers(writer))
+        assert written > 0 and sum(r.searches for r in retrievers(off)) == written
+        assert sum(r.searches for r in retrievers(reader)) == 0  # every search was stored by the writer
+        assert sum(r.disk_hits for r in retrievers(reader)) == written
+        sizes = service.runtime.sizes()
+        assert sizes["vectors"] == 0 and sizes["searches"] > 0  # no static vectors stored
+
+        # what ``edo prepare --retrieval-encoder static`` does: no vectors embedded ahead, the searches stored
+        base = writer.unwrapped
+        assert service.embed_reachable_queries(progress=False) == 0
+        top_k = [w.spec.top_k for w in base.workers]
+        assert service.search_reachable_queries(top_k, progress=False) > 0
+        assert service.search_reachable_queries(top_k, progress=False) == 0
+        texts = service.reachable_query_texts()
+        checked = 0
+        for worker in base.workers:
+            retriever, k = worker.retriever, worker.spec.top_k
+            if not retriever.size:
+                continue
+            disk, retriever.disk = retriever.disk, None  # search the index one query at a time, as a step would
+            try:
+                for text in texts[:: max(1, len(texts) // 10)]:
+                    retriever.memo.clear()
+                    stored = disk.get_search(retriever.fingerprint, k, query_digest(retriever.encoder.encode(text)))
+                    assert stored is not None and stored == retriever.search(text, k), text
+                    checked += 1
+            finally:
+                retriever.disk = disk
+        assert checked > 20
+    finally:
+        for env in envs:
+            env.close()
+
+
+def test_edo_prepare_with_the_static_encoder_searches_ahead_once(static_env, capsys) -> None:
+    from edo_gym.cli import main
+
+    assert main(["prepare", "--retrieval-encoder", "static"]) == 0  # the default world on the suite's cache
+    assert main(["prepare", "--retrieval-encoder", "static"]) == 0
+    out = capsys.readouterr().out
+    assert "reachable queries: not embedded ahead (the static encoder embeds a query in microseconds)" in out
+    assert "\n  0 (query, shard) searches of them run ahead of use" in out  # the second run found them all stored
+    assert static_env.service.runtime.sizes()["searches"] >= 28_000  # the default world's 7,081 x 4 shards
 
 
 def test_a_distilled_model_is_reused_not_rebuilt(static_env, monkeypatch) -> None:

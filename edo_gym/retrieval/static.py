@@ -12,6 +12,10 @@ observation) differ from the default mode, and recall@k is lower; ``benchmarks/s
 ``benchmarks/env_throughput.py --encoder static`` report both side by side. What stays the same: every query is
 still embedded (by this model) and searched in chromadb, and token counts (hence costs and rewards) come from the
 base model's own tokenizer, exactly as in the default mode.
+
+Search results and token counts are kept in the run-time disk cache as in the default mode (a database of its own,
+keyed by this model's id; see :mod:`edo_gym.retrieval.runtime_cache`), and ``edo prepare --retrieval-encoder static``
+searches the reachable queries ahead; query vectors are not stored there (a look-up is cheaper than a read).
 """
 
 from __future__ import annotations

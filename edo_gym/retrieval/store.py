@@ -623,8 +623,10 @@ class RetrievalService:
         extra = dict(extra_texts or {})
         if {"corpus", "queries"} & set(extra):
             raise ValueError(f"extra_texts kinds must not be 'corpus' or 'queries', got {sorted(extra)}")
-        use_runtime = config.runtime_cache and config.encoder == "transformer"
-        self.runtime = RuntimeCache(self.cache.directory, self.model_id, embedder.dim) if use_runtime else None
+        self.runtime = RuntimeCache(self.cache.directory, self.model_id, embedder.dim) if config.runtime_cache else None
+        # query vectors and lazily built batches are kept there for the transformer only: a static vector is a table
+        # look-up, cheaper to compute than to read (search results and token counts are kept for both encoders)
+        self.vector_runtime = self.runtime if config.encoder == "transformer" else None
         # a static encoder embeds every list in milliseconds: build them all now (lazy batches would only delay
         # presearch, which waits for the complete list of canonical queries)
         self.lazy = config.lazy_embeddings and config.encoder == "transformer"
@@ -645,7 +647,7 @@ class RetrievalService:
             self._lazy_vectors(kind, texts, vectors[kind])
         canonical = {q: i for i, q in enumerate(queries)}
         self.encoders = [
-            QueryEncoder(e, canonical, lazy_queries, config.query_cache_size, self.runtime) for e in self.embedders
+            QueryEncoder(e, canonical, lazy_queries, config.query_cache_size, self.vector_runtime) for e in self.embedders
         ]
         #: ``"chromadb"``, or ``"exact"`` in a process forked after chromadb started (see module docstring).
         self.search_backend = "chromadb" if chroma_usable() else "exact"
@@ -878,7 +880,7 @@ class RetrievalService:
         return dict(zip(requests, built, strict=True))
 
     def _lazy_vectors(self, kind: str, texts: list[str], vectors: np.ndarray | None) -> LazyVectors:
-        lazy = LazyVectors(kind, texts, vectors, self.embedders[0], self.cache, self.model_id, self.runtime)
+        lazy = LazyVectors(kind, texts, vectors, self.embedders[0], self.cache, self.model_id, self.vector_runtime)
         lazy.origin = (self, kind)
         self._lazy[_texts_key(kind, texts)] = lazy
         return lazy
@@ -945,13 +947,13 @@ class RetrievalService:
         Exact: each vector is the one the model gives the text embedded alone (equal-length batches need no padding;
         tested bit for bit), i.e. what :meth:`QueryEncoder.encode` would compute at step time; a later process reads
         it instead of running the model (about 11 ms a query on 2 CPU cores, versus about 2 ms a text here). Search
-        is unchanged: every query is still searched in its worker's shard. A no-op without a run-time cache (the
-        static encoder embeds a query in microseconds) or once that cache is full.
+        is unchanged: every query is still searched in its worker's shard. A no-op without a run-time cache, once that
+        cache is full, and with the static encoder (which embeds a query in microseconds and keeps no vectors there).
 
         :param progress: show a progress bar (on stderr, after a few seconds).
         :returns: the number of texts embedded.
         """
-        runtime = self.runtime
+        runtime = self.vector_runtime
         if runtime is None or not runtime.writable():
             return 0
         texts = runtime.missing(self.reachable_query_texts())
