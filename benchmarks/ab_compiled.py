@@ -40,14 +40,20 @@ from benchmarks.train_throughput import _env, prepare_cache  # noqa: E402
 ARMS = ("compiled", "pure")
 _MODE = {"compiled": "on", "pure": "off"}
 
-#: An arm: reads "warmup N" / "window N" lines, answers each with a JSON line. The EDO loop is env_throughput's
-#: ``random_legal_steps`` plus a sum of rewards (to check that both arms step the same trajectory); CartPole runs it.
+#: An arm: makes EDO-v0 with the JSON kwargs in argv[1], reads "warmup N" / "window N" lines, answers each with a JSON
+#: line. The EDO loop is env_throughput's ``random_legal_steps`` plus a sum of rewards (to check that both arms step the
+#: same trajectory); CartPole runs it. A window also reports the texts the query encoders embedded (no cache held them)
+#: and the index searches the retrievers made.
 _CHILD = """
 import json, sys, time, numpy as np, gymnasium as gym, edo_gym
 from edo_gym import compiled
 from benchmarks.env_throughput import random_legal_steps
-env = gym.make("EDO-v0"); cartpole = gym.make("CartPole-v1"); rng = np.random.default_rng(0)
+env = gym.make("EDO-v0", **json.loads(sys.argv[1])); cartpole = gym.make("CartPole-v1"); rng = np.random.default_rng(0)
 obs, info = env.reset(seed=12345)
+service = env.unwrapped.service
+retrievers = list({id(r): r for r in service.retrievers}.values())
+def counts():
+    return sum(e.model_calls for e in service.encoders), sum(r.searches for r in retrievers)
 def edo_steps(n):
     global obs, info
     total, episodes = 0.0, 0
@@ -66,20 +72,28 @@ for line in sys.stdin:
     if cmd == "warmup":
         edo_steps(n); print(json.dumps({"ok": True}), flush=True)
     else:
-        edo_s, total, episodes = edo_steps(n)
+        (calls0, searches0), (edo_s, total, episodes) = counts(), edo_steps(n)
+        calls, searches = (b - a for a, b in zip((calls0, searches0), counts()))
         cartpole_s = random_legal_steps(cartpole, n, rng, masked=False)
-        print(json.dumps({"edo_s": edo_s, "cartpole_s": cartpole_s, "reward_sum": total, "episodes": episodes}), flush=True)
+        print(json.dumps({"edo_s": edo_s, "cartpole_s": cartpole_s, "reward_sum": total, "episodes": episodes,
+                          "embedder_calls": calls, "index_searches": searches}), flush=True)
 """
 
 
 class Arm:
-    """One long-lived process running the env in one mode, on its own cache directory."""
+    """One long-lived process running the env, on its own cache directory.
 
-    def __init__(self, name: str, cache_dir: Path) -> None:
+    :param env_vars: more environment variables of the process (default: ``EDO_GYM_COMPILED`` of the arm ``name``).
+    :param env_kwargs: ``gym.make("EDO-v0", ...)`` kwargs (JSON-serialisable).
+    """
+
+    def __init__(
+        self, name: str, cache_dir: Path, env_vars: dict[str, str] | None = None, env_kwargs: dict[str, Any] | None = None
+    ) -> None:
         self.name = name
-        env = dict(_env(cache_dir), EDO_GYM_COMPILED=_MODE[name])
-        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD], env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+        env = dict(_env(cache_dir), **(env_vars if env_vars is not None else {"EDO_GYM_COMPILED": _MODE[name]}))
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(env_kwargs or {})], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
         self.hot_path = self._read()["hot_path"]
 
     def _read(self) -> dict[str, Any]:

@@ -55,8 +55,8 @@ TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "1
               "--eval-episodes", "0", "--no-progress"]  # fmt: skip
 
 _COMPLETE = """
-import sys, gymnasium as gym, edo_gym
-env = gym.make("EDO-v0"); env.reset(seed=0)
+import json, sys, gymnasium as gym, edo_gym
+env = gym.make("EDO-v0", **json.loads(sys.argv[2])); env.reset(seed=0)
 top_k = [w.spec.top_k for w in env.unwrapped.workers]
 env.unwrapped.service.complete_all(reachable_queries=sys.argv[1] == "1", top_k=top_k); env.close()
 """
@@ -82,11 +82,14 @@ def _env(cache_dir: Path, code_dir: Path = REPO) -> dict[str, str]:
                 PYTHONPATH=str(code_dir) + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
 
 
-def prepare_cache(cache_dir: Path, reachable: bool = True) -> None:
+def prepare_cache(cache_dir: Path, reachable: bool = True, env_kwargs: dict[str, Any] | None = None) -> None:
     """Build ``cache_dir`` as ``make prepare`` leaves it, in a fresh process: the complete embedding lists and, with
-    ``reachable``, the world's reachable queries embedded and searched ahead (no other run-time cache entries)."""
-    proc = subprocess.run([sys.executable, "-c", _COMPLETE, "1" if reachable else "0"], env=_env(cache_dir),
-                          capture_output=True, text=True)  # fmt: skip
+    ``reachable``, the world's reachable queries embedded and searched ahead (no other run-time cache entries).
+
+    :param env_kwargs: ``gym.make("EDO-v0", ...)`` kwargs of the env prepared (e.g. ``{"retrieval": {"encoder":
+        "static"}}``, as ``edo prepare --retrieval-encoder static``); JSON-serialisable."""
+    proc = subprocess.run([sys.executable, "-c", _COMPLETE, "1" if reachable else "0", json.dumps(env_kwargs or {})],
+                          env=_env(cache_dir), capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"preparing the cache directory {cache_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 

@@ -665,6 +665,9 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("ab_compiled", ["--rounds", "0"], "--rounds must be >= 1"),
         ("ab_compiled", ["--steps", "0"], "--steps must be >= 1"),
         ("ab_compiled", ["--warmup", "-1"], "--warmup must be >= 0"),
+        ("ab_encoders", ["--rounds", "0"], "--rounds must be >= 1"),
+        ("ab_encoders", ["--steps", "0"], "--steps must be >= 1"),
+        ("ab_encoders", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("train_call_costs", ["--timesteps", "0"], "--timesteps must be >= 1"),
         ("train_call_costs", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("train_call_costs", ["--cache", "mine"], "invalid choice: 'mine'"),
@@ -833,6 +836,21 @@ def test_ab_compiled_tiny_run(tmp_path):
     assert set(data["summary"]) == {"compiled_over_pure_time", "compiled", "pure"}
     assert data["machine"]["edo_hot_path"] == "compiled"
     assert "| 1 | pure |" in (tmp_path / "ab_compiled.md").read_text()
+
+
+@pytest.mark.slow
+def test_ab_encoders_tiny_run(tmp_path):
+    """Two alternated rounds of the default and the static encoder, each on its own prepared cache (~100 s); the
+    static arm computes its query vectors (none are stored), so its windows count embedded texts."""
+    run_script(["benchmarks/ab_encoders.py", "--rounds", "2", "--steps", "300", "--warmup", "200",
+                "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
+    data = json.loads((tmp_path / "ab_encoders.json").read_text())
+    assert [r["first"] for r in data["rounds"]] == ["default", "static"]
+    for r in data["rounds"]:
+        assert r["static_over_default_time"] == pytest.approx(r["static"]["edo_s"] / r["default"]["edo_s"])
+    assert set(data["summary"]) == {"static_over_default_time", "default", "static"}
+    assert sum(data["summary"]["static"]["embedder_calls_per_window"]) > 0  # static vectors are computed, not stored
+    assert "| 1 | static |" in (tmp_path / "ab_encoders.md").read_text()
 
 
 @pytest.mark.slow
