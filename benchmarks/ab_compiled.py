@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,28 @@ class Arm:
         self.proc.wait(timeout=60)
 
 
+def alternate(
+    arms: dict[str, Arm], names: tuple[str, str], rounds: int, steps: int, warmup: int, report: Callable[[dict], None]
+) -> list[dict[str, Any]]:
+    """Warm each arm up with ``warmup`` steps, then run ``rounds`` rounds in which the arms take turns (the first arm
+    alternating from round to round), each timing a window of ``steps`` EDO-v0 steps and then as many CartPole-v1 steps.
+    Each round's row (``{"round", "first", name: window}``, a window with its ``edo_us_per_step`` and
+    ``edo_over_cartpole``) goes to ``report`` (which may add to it or stop the run) as it finishes."""
+    for name in names:
+        print(f"{name}: {warmup:,} warm-up steps ...", flush=True)
+        arms[name].ask("warmup", warmup)
+    rows = []
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        row: dict[str, Any] = {"round": r, "first": order[0]}
+        for name in order:
+            w = arms[name].ask("window", steps)
+            row[name] = {**w, "edo_us_per_step": w["edo_s"] / steps * 1e6, "edo_over_cartpole": w["cartpole_s"] / w["edo_s"]}
+        report(row)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternated rounds (default: 7)")
@@ -133,26 +156,19 @@ def main() -> None:
             raise SystemExit(f"the compiled arm runs {arms['compiled'].hot_path!r}: run `edo compile` (or make install)")
         if arms["pure"].hot_path != "source":
             raise SystemExit(f"the pure arm runs {arms['pure'].hot_path!r}, not pure Python")
-        for name in ARMS:
-            print(f"{name}: {args.warmup:,} warm-up steps ...", flush=True)
-            arms[name].ask("warmup", args.warmup)
-        rounds = []
-        for r in range(args.rounds):
-            order = ARMS if r % 2 == 0 else ARMS[::-1]
-            row: dict[str, Any] = {"round": r, "first": order[0]}
-            for name in order:
-                w = arms[name].ask("window", args.steps)
-                row[name] = {**w, "edo_us_per_step": w["edo_s"] / args.steps * 1e6,
-                             "edo_over_cartpole": w["cartpole_s"] / w["edo_s"]}  # fmt: skip
+
+        def report(row: dict[str, Any]) -> None:
             a, b = row["compiled"], row["pure"]
             if (a["reward_sum"], a["episodes"]) != (b["reward_sum"], b["episodes"]):
-                raise SystemExit(f"round {r}: the arms stepped different trajectories (rewards {a['reward_sum']!r} "
-                                 f"vs {b['reward_sum']!r}, episodes {a['episodes']} vs {b['episodes']})")  # fmt: skip
+                raise SystemExit(f"round {row['round']}: the arms stepped different trajectories (rewards "
+                                 f"{a['reward_sum']!r} vs {b['reward_sum']!r}, episodes {a['episodes']} vs "
+                                 f"{b['episodes']})")  # fmt: skip
             row["compiled_over_pure_time"] = a["edo_s"] / b["edo_s"]
-            rounds.append(row)
-            print(f"round {r}: compiled {a['edo_us_per_step']:.1f} us ({a['edo_over_cartpole']:.3f}x CartPole), pure "
-                  f"{b['edo_us_per_step']:.1f} us ({b['edo_over_cartpole']:.3f}x); time ratio "
+            print(f"round {row['round']}: compiled {a['edo_us_per_step']:.1f} us ({a['edo_over_cartpole']:.3f}x "
+                  f"CartPole), pure {b['edo_us_per_step']:.1f} us ({b['edo_over_cartpole']:.3f}x); time ratio "
                   f"{row['compiled_over_pure_time']:.3f}; same trajectory", flush=True)  # fmt: skip
+
+        rounds = alternate(arms, ARMS, args.rounds, args.steps, args.warmup, report)
     finally:
         for arm in arms.values():
             arm.close()

@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.ab_compiled import Arm  # noqa: E402
+from benchmarks.ab_compiled import Arm, alternate  # noqa: E402
 from benchmarks.common import check_counts, git_revision, machine_line, write_results  # noqa: E402
 from benchmarks.train_throughput import prepare_cache  # noqa: E402
 
@@ -58,24 +58,16 @@ def main() -> None:
             prepare_cache(tmp / name, env_kwargs=_KWARGS[name])
             arms[name] = Arm(name, tmp / name, env_vars={}, env_kwargs=_KWARGS[name])
         hot_paths = {name: arm.hot_path for name, arm in arms.items()}
-        for name in ARMS:
-            print(f"{name}: {args.warmup:,} warm-up steps ...", flush=True)
-            arms[name].ask("warmup", args.warmup)
-        rounds = []
-        for r in range(args.rounds):
-            order = ARMS if r % 2 == 0 else ARMS[::-1]
-            row: dict[str, Any] = {"round": r, "first": order[0]}
-            for name in order:
-                w = arms[name].ask("window", args.steps)
-                row[name] = {**w, "edo_us_per_step": w["edo_s"] / args.steps * 1e6,
-                             "edo_over_cartpole": w["cartpole_s"] / w["edo_s"]}  # fmt: skip
+
+        def report(row: dict[str, Any]) -> None:
             a, b = row["static"], row["default"]
             row["static_over_default_time"] = a["edo_s"] / b["edo_s"]
-            rounds.append(row)
-            print(f"round {r}: default {b['edo_us_per_step']:.1f} us ({b['edo_over_cartpole']:.3f}x CartPole; "
+            print(f"round {row['round']}: default {b['edo_us_per_step']:.1f} us ({b['edo_over_cartpole']:.3f}x CartPole; "
                   f"{b['embedder_calls']} texts embedded, {b['index_searches']} searches), static "
                   f"{a['edo_us_per_step']:.1f} us ({a['edo_over_cartpole']:.3f}x; {a['embedder_calls']} embedded, "
                   f"{a['index_searches']} searches); time ratio {row['static_over_default_time']:.3f}", flush=True)  # fmt: skip
+
+        rounds = alternate(arms, ARMS, args.rounds, args.steps, args.warmup, report)
     finally:
         for arm in arms.values():
             arm.close()

@@ -85,24 +85,30 @@ def test_reachable_queries_searched_ahead_equal_one_at_a_time_searches(tmp_path,
         assert n == len(texts) * len(jobs) > 0
         assert service.search_reachable_queries(top_k, progress=False) == 0  # all stored now
         fresh = RuntimeCache(service.cache.directory, service.model_id, service.embedders[0].dim)
-        checked = 0
-        for worker in base.workers:
-            retriever, k = worker.retriever, worker.spec.top_k
-            if not retriever.size:
-                continue
-            disk, retriever.disk = retriever.disk, None  # search the index one query at a time, as a step would
-            try:
-                for text in texts[:: max(1, len(texts) // 25)]:
-                    retriever.memo.clear()
-                    live = retriever.search(text, k)
-                    stored = fresh.get_search(retriever.fingerprint, k, query_digest(retriever.encoder.encode(text)))
-                    assert stored == live, text
-                    checked += 1
-            finally:
-                retriever.disk = disk
-        assert checked > 50
+        assert assert_stored_as_searched(base, fresh, texts[:: max(1, len(texts) // 25)]) > 50
     finally:
         env.close()
+
+
+def assert_stored_as_searched(base, cache: RuntimeCache, texts) -> int:
+    """Search each of ``texts`` in each worker's shard one query at a time (as a step would, the disk cache off) and
+    check that ``cache`` holds that result; the number of (text, worker) pairs checked."""
+    checked = 0
+    for worker in base.workers:
+        retriever, k = worker.retriever, worker.spec.top_k
+        if not retriever.size:
+            continue
+        disk, retriever.disk = retriever.disk, None
+        try:
+            for text in texts:
+                retriever.memo.clear()
+                live = retriever.search(text, k)
+                stored = cache.get_search(retriever.fingerprint, k, query_digest(retriever.encoder.encode(text)))
+                assert stored == live, text
+                checked += 1
+        finally:
+            retriever.disk = disk
+    return checked
 
 
 def test_damaged_or_foreign_rows_are_searched_again(tmp_path, small_world_kwargs):

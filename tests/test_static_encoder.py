@@ -130,7 +130,7 @@ def test_static_mode_keeps_search_results_on_disk_with_the_same_trajectories(sta
     """The run-time cache keeps search results (and token counts) for the static encoder too, in a database of its
     own, not its query vectors: trajectories are equal with it off, searched and stored, and read back by another
     service, which then queries no index; ``search_reachable_queries`` stores what one-at-a-time searches find."""
-    from edo_gym.retrieval.store import query_digest
+    from tests.test_search_cache import assert_stored_as_searched
     from tests.test_speed_options import _assert_same, _trajectory
 
     for name in ("off", "on"):
@@ -172,21 +172,7 @@ def test_static_mode_keeps_search_results_on_disk_with_the_same_trajectories(sta
         assert service.search_reachable_queries(top_k, progress=False) > 0
         assert service.search_reachable_queries(top_k, progress=False) == 0
         texts = service.reachable_query_texts()
-        checked = 0
-        for worker in base.workers:
-            retriever, k = worker.retriever, worker.spec.top_k
-            if not retriever.size:
-                continue
-            disk, retriever.disk = retriever.disk, None  # search the index one query at a time, as a step would
-            try:
-                for text in texts[:: max(1, len(texts) // 10)]:
-                    retriever.memo.clear()
-                    stored = disk.get_search(retriever.fingerprint, k, query_digest(retriever.encoder.encode(text)))
-                    assert stored is not None and stored == retriever.search(text, k), text
-                    checked += 1
-            finally:
-                retriever.disk = disk
-        assert checked > 20
+        assert assert_stored_as_searched(base, service.runtime, texts[:: max(1, len(texts) // 10)]) > 20
     finally:
         for env in envs:
             env.close()
