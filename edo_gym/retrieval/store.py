@@ -624,8 +624,9 @@ class RetrievalService:
         if {"corpus", "queries"} & set(extra):
             raise ValueError(f"extra_texts kinds must not be 'corpus' or 'queries', got {sorted(extra)}")
         self.runtime = RuntimeCache(self.cache.directory, self.model_id, embedder.dim) if config.runtime_cache else None
-        # query vectors and lazily built batches are kept there for the transformer only: a static vector is a table
-        # look-up, cheaper to compute than to read (search results and token counts are kept for both encoders)
+        #: The run-time cache where query vectors and lazily built batches are kept: ``runtime`` for the transformer,
+        #: ``None`` for the static encoder, whose vector is a table look-up, cheaper to compute than to read (search
+        #: results and token counts are kept in ``runtime`` for both encoders).
         self.vector_runtime = self.runtime if config.encoder == "transformer" else None
         # a static encoder embeds every list in milliseconds: build them all now (lazy batches would only delay
         # presearch, which waits for the complete list of canonical queries)
