@@ -135,15 +135,21 @@ def alternate(
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(doc: str) -> argparse.Namespace:
+    """The command line of an alternated A/B (``--rounds``, ``--steps``, ``--warmup``, ``--out-dir``), checked;
+    ``doc``'s first paragraph is its description."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternated rounds (default: 7)")
     parser.add_argument("--steps", type=int, default=20_000, help="EDO (and CartPole) steps per window")
     parser.add_argument("--warmup", type=int, default=150_000, help="warm-up steps per arm before the rounds")
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args()
     check_counts(parser, args, positive=("rounds", "steps"), non_negative=("warmup",))
+    return args
 
+
+def main() -> None:
+    args = parse_args(__doc__)
     tmp = Path(tempfile.mkdtemp(prefix="edo_ab_compiled_"))
     arms: dict[str, Arm] = {}
     try:

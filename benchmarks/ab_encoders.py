@@ -20,7 +20,6 @@ Results: ``benchmarks/results/ab_encoders.{json,md}`` (or ``--out-dir``).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -33,8 +32,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.ab_compiled import Arm, alternate  # noqa: E402
-from benchmarks.common import check_counts, git_revision, machine_line, write_results  # noqa: E402
+from benchmarks.ab_compiled import Arm, alternate, parse_args  # noqa: E402
+from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
 from benchmarks.train_throughput import prepare_cache  # noqa: E402
 
 ARMS = ("default", "static")
@@ -42,14 +41,7 @@ _KWARGS: dict[str, dict[str, Any]] = {"default": {}, "static": {"retrieval": {"e
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7, help="alternated rounds (default: 7)")
-    parser.add_argument("--steps", type=int, default=20_000, help="EDO (and CartPole) steps per window")
-    parser.add_argument("--warmup", type=int, default=150_000, help="warm-up steps per arm before the rounds")
-    parser.add_argument("--out-dir", type=Path, default=None)
-    args = parser.parse_args()
-    check_counts(parser, args, positive=("rounds", "steps"), non_negative=("warmup",))
-
+    args = parse_args(__doc__)
     tmp = Path(tempfile.mkdtemp(prefix="edo_ab_encoders_"))
     arms: dict[str, Arm] = {}
     try:
