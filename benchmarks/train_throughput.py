@@ -56,7 +56,7 @@ TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "1
 
 _COMPLETE = """
 import json, sys, gymnasium as gym, edo_gym
-env = gym.make("EDO-v0", **json.loads(sys.argv[2])); env.reset(seed=0)
+env = gym.make("EDO-v0", **(json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})); env.reset(seed=0)
 top_k = [w.spec.top_k for w in env.unwrapped.workers]
 env.unwrapped.service.complete_all(reachable_queries=sys.argv[1] == "1", top_k=top_k); env.close()
 """
