@@ -135,6 +135,28 @@ def alternate(
     return rows
 
 
+def close_arms(arms: dict[str, Arm], tmp: Path) -> None:
+    """End the arms' processes and remove their cache directories."""
+    for arm in arms.values():
+        arm.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def summarise(rounds: list[dict[str, Any]], ratio_key: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """The median, min and max of each round's ``ratio_key``, and each arm's median microseconds per EDO step and
+    ratio to CartPole-v1."""
+
+    def med(key: str, arm: str | None = None) -> float:
+        return float(np.median([(row[arm] if arm else row)[key] for row in rounds]))
+
+    ratios = [row[ratio_key] for row in rounds]
+    return {
+        ratio_key: {"median": med(ratio_key), "min": min(ratios), "max": max(ratios)},
+        **{arm: {"edo_us_per_step": med("edo_us_per_step", arm), "edo_over_cartpole": med("edo_over_cartpole", arm)}
+           for arm in names},
+    }  # fmt: skip
+
+
 def parse_args(doc: str) -> argparse.Namespace:
     """The command line of an alternated A/B (``--rounds``, ``--steps``, ``--warmup``, ``--out-dir``), checked;
     ``doc``'s first paragraph is its description."""
@@ -176,20 +198,8 @@ def main() -> None:
 
         rounds = alternate(arms, ARMS, args.rounds, args.steps, args.warmup, report)
     finally:
-        for arm in arms.values():
-            arm.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-    def med(key: str, arm: str | None = None) -> float:
-        return float(np.median([(row[arm] if arm else row)[key] for row in rounds]))
-
-    summary = {
-        "compiled_over_pure_time": {"median": med("compiled_over_pure_time"),
-                                    "min": min(r["compiled_over_pure_time"] for r in rounds),
-                                    "max": max(r["compiled_over_pure_time"] for r in rounds)},
-        **{arm: {"edo_us_per_step": med("edo_us_per_step", arm), "edo_over_cartpole": med("edo_over_cartpole", arm)}
-           for arm in ARMS},
-    }  # fmt: skip
+        close_arms(arms, tmp)
+    summary = summarise(rounds, "compiled_over_pure_time", ARMS)
     rev = git_revision()
     md = [
         "# A/B: the compiled hot path against pure Python (warm EDO-v0 steps)",

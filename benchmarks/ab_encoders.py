@@ -21,18 +21,15 @@ Results: ``benchmarks/results/ab_encoders.{json,md}`` (or ``--out-dir``).
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.ab_compiled import Arm, alternate, parse_args  # noqa: E402
+from benchmarks.ab_compiled import Arm, alternate, close_arms, parse_args, summarise  # noqa: E402
 from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
 from benchmarks.train_throughput import prepare_cache  # noqa: E402
 
@@ -61,21 +58,11 @@ def main() -> None:
 
         rounds = alternate(arms, ARMS, args.rounds, args.steps, args.warmup, report)
     finally:
-        for arm in arms.values():
-            arm.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-    def med(key: str, arm: str | None = None) -> float:
-        return float(np.median([(row[arm] if arm else row)[key] for row in rounds]))
-
-    ratios = [r["static_over_default_time"] for r in rounds]
-    summary = {
-        "static_over_default_time": {"median": med("static_over_default_time"), "min": min(ratios), "max": max(ratios)},
-        **{arm: {"edo_us_per_step": med("edo_us_per_step", arm), "edo_over_cartpole": med("edo_over_cartpole", arm),
-                 "embedder_calls_per_window": [row[arm]["embedder_calls"] for row in rounds],
-                 "index_searches_per_window": [row[arm]["index_searches"] for row in rounds]}
-           for arm in ARMS},
-    }  # fmt: skip
+        close_arms(arms, tmp)
+    summary = summarise(rounds, "static_over_default_time", ARMS)
+    for arm in ARMS:
+        summary[arm]["embedder_calls_per_window"] = [row[arm]["embedder_calls"] for row in rounds]
+        summary[arm]["index_searches_per_window"] = [row[arm]["index_searches"] for row in rounds]
     rev = git_revision()
     s, d = summary["static"], summary["default"]
     md = [
