@@ -170,6 +170,19 @@ def parse_args(doc: str) -> argparse.Namespace:
     return args
 
 
+def write_ab_results(
+    name: str, args: argparse.Namespace, md: list[str], head: dict[str, Any], summary: dict[str, Any], rounds: list[Any]
+) -> None:
+    """Write an A/B run's results (``head``'s keys, the command line's settings, ``summary``, ``rounds``) as
+    ``<name>.json`` and ``md`` as ``<name>.md`` (in ``args.out_dir`` or the results folder); print ``md``'s headline
+    line (its seventh) and where they went."""
+    payload = head | {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
+                      "summary": summary, "rounds": rounds}  # fmt: skip
+    json_path, md_path = write_results(name, payload, "\n".join(md), args.out_dir)
+    print(md[6])
+    print(f"wrote {json_path} and {md_path}")
+
+
 def main() -> None:
     args = parse_args(__doc__)
     tmp = Path(tempfile.mkdtemp(prefix="edo_ab_compiled_"))
@@ -224,11 +237,7 @@ def main() -> None:
         a, b = row["compiled"], row["pure"]
         md.append(f"| {row['round']} | {row['first']} | {a['edo_us_per_step']:.1f} | {a['edo_over_cartpole']:.3f} | "
                   f"{b['edo_us_per_step']:.1f} | {b['edo_over_cartpole']:.3f} | {row['compiled_over_pure_time']:.3f} |")  # fmt: skip
-    payload = {"revision": rev, "settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
-               "summary": summary, "rounds": rounds}  # fmt: skip
-    json_path, md_path = write_results("ab_compiled", payload, "\n".join(md), args.out_dir)
-    print(md[6])
-    print(f"wrote {json_path} and {md_path}")
+    write_ab_results("ab_compiled", args, md, {"revision": rev}, summary, rounds)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.ab_compiled import Arm, alternate, close_arms, parse_args, summarise  # noqa: E402
-from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
+from benchmarks.ab_compiled import Arm, alternate, close_arms, parse_args, summarise, write_ab_results  # noqa: E402
+from benchmarks.common import git_revision, machine_line  # noqa: E402
 from benchmarks.train_throughput import prepare_cache  # noqa: E402
 
 ARMS = ("default", "static")
@@ -91,12 +91,7 @@ def main() -> None:
                   f"{b['embedder_calls']}, {b['index_searches']} | {a['edo_us_per_step']:.1f} | "
                   f"{a['edo_over_cartpole']:.3f} | {a['embedder_calls']}, {a['index_searches']} | "
                   f"{row['static_over_default_time']:.3f} |")  # fmt: skip
-    payload = {"revision": rev, "hot_path": hot_paths,
-               "settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
-               "summary": summary, "rounds": rounds}  # fmt: skip
-    json_path, md_path = write_results("ab_encoders", payload, "\n".join(md), args.out_dir)
-    print(md[6])
-    print(f"wrote {json_path} and {md_path}")
+    write_ab_results("ab_encoders", args, md, {"revision": rev, "hot_path": hot_paths}, summary, rounds)
 
 
 if __name__ == "__main__":
