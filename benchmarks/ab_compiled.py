@@ -171,15 +171,21 @@ def parse_args(doc: str) -> argparse.Namespace:
 
 
 def write_ab_results(
-    name: str, args: argparse.Namespace, md: list[str], head: dict[str, Any], summary: dict[str, Any], rounds: list[Any]
+    name: str,
+    args: argparse.Namespace,
+    md: list[str],
+    headline: str,
+    head: dict[str, Any],
+    summary: dict[str, Any],
+    rounds: list[Any],
 ) -> None:
     """Write an A/B run's results (``head``'s keys, the command line's settings, ``summary``, ``rounds``) as
-    ``<name>.json`` and ``md`` as ``<name>.md`` (in ``args.out_dir`` or the results folder); print ``md``'s headline
-    line (its seventh) and where they went."""
+    ``<name>.json`` and ``md`` as ``<name>.md`` (in ``args.out_dir`` or the results folder); print ``headline`` (the
+    summary line ``md`` holds) and where they went."""
     payload = head | {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
                       "summary": summary, "rounds": rounds}  # fmt: skip
     json_path, md_path = write_results(name, payload, "\n".join(md), args.out_dir)
-    print(md[6])
+    print(headline)
     print(f"wrote {json_path} and {md_path}")
 
 
@@ -214,6 +220,13 @@ def main() -> None:
         close_arms(arms, tmp)
     summary = summarise(rounds, "compiled_over_pure_time", ARMS)
     rev = git_revision()
+    headline = (
+        f"**Median compiled / pure time per EDO step: {summary['compiled_over_pure_time']['median']:.3f}** (rounds "
+        f"{summary['compiled_over_pure_time']['min']:.3f}-{summary['compiled_over_pure_time']['max']:.3f}). Medians: "
+        f"compiled {summary['compiled']['edo_us_per_step']:.1f} us a step, "
+        f"**{summary['compiled']['edo_over_cartpole']:.3f}x** CartPole; pure {summary['pure']['edo_us_per_step']:.1f} us, "
+        f"**{summary['pure']['edo_over_cartpole']:.3f}x**."
+    )
     md = [
         "# A/B: the compiled hot path against pure Python (warm EDO-v0 steps)",
         "",
@@ -224,11 +237,7 @@ def main() -> None:
         "alternating windows; the same seeds and actions, so the same trajectories (each window's reward sum and "
         "episode count are checked equal). The ratio to CartPole-v1 is measured in the same window.",
         "",
-        f"**Median compiled / pure time per EDO step: {summary['compiled_over_pure_time']['median']:.3f}** (rounds "
-        f"{summary['compiled_over_pure_time']['min']:.3f}-{summary['compiled_over_pure_time']['max']:.3f}). Medians: "
-        f"compiled {summary['compiled']['edo_us_per_step']:.1f} us a step, "
-        f"**{summary['compiled']['edo_over_cartpole']:.3f}x** CartPole; pure {summary['pure']['edo_us_per_step']:.1f} us, "
-        f"**{summary['pure']['edo_over_cartpole']:.3f}x**.",
+        headline,
         "",
         "| round | first | compiled us/step | compiled / CartPole | pure us/step | pure / CartPole | compiled / pure time |",
         "|---|---|---|---|---|---|---|",
@@ -237,7 +246,7 @@ def main() -> None:
         a, b = row["compiled"], row["pure"]
         md.append(f"| {row['round']} | {row['first']} | {a['edo_us_per_step']:.1f} | {a['edo_over_cartpole']:.3f} | "
                   f"{b['edo_us_per_step']:.1f} | {b['edo_over_cartpole']:.3f} | {row['compiled_over_pure_time']:.3f} |")  # fmt: skip
-    write_ab_results("ab_compiled", args, md, {"revision": rev}, summary, rounds)
+    write_ab_results("ab_compiled", args, md, headline, {"revision": rev}, summary, rounds)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,12 @@ def main() -> None:
         summary[arm]["index_searches_per_window"] = [row[arm]["index_searches"] for row in rounds]
     rev = git_revision()
     s, d = summary["static"], summary["default"]
+    headline = (
+        f"**Median static / default time per EDO step: {summary['static_over_default_time']['median']:.3f}** (rounds "
+        f"{summary['static_over_default_time']['min']:.3f}-{summary['static_over_default_time']['max']:.3f}). Medians: "
+        f"default {d['edo_us_per_step']:.1f} us a step, **{d['edo_over_cartpole']:.3f}x** CartPole; static "
+        f"{s['edo_us_per_step']:.1f} us, **{s['edo_over_cartpole']:.3f}x**."
+    )
     md = [
         "# A/B: the static (model2vec) retrieval encoder against the default one (warm EDO-v0 steps)",
         "",
@@ -76,10 +82,7 @@ def main() -> None:
         "the same trajectories (the static encoder changes search results). The ratio to CartPole-v1 is measured in "
         "the same window.",
         "",
-        f"**Median static / default time per EDO step: {summary['static_over_default_time']['median']:.3f}** (rounds "
-        f"{summary['static_over_default_time']['min']:.3f}-{summary['static_over_default_time']['max']:.3f}). Medians: "
-        f"default {d['edo_us_per_step']:.1f} us a step, **{d['edo_over_cartpole']:.3f}x** CartPole; static "
-        f"{s['edo_us_per_step']:.1f} us, **{s['edo_over_cartpole']:.3f}x**.",
+        headline,
         "",
         "| round | first | default us/step | default / CartPole | default: embedded, searches | static us/step | "
         "static / CartPole | static: embedded, searches | static / default time |",
@@ -91,7 +94,7 @@ def main() -> None:
                   f"{b['embedder_calls']}, {b['index_searches']} | {a['edo_us_per_step']:.1f} | "
                   f"{a['edo_over_cartpole']:.3f} | {a['embedder_calls']}, {a['index_searches']} | "
                   f"{row['static_over_default_time']:.3f} |")  # fmt: skip
-    write_ab_results("ab_encoders", args, md, {"revision": rev, "hot_path": hot_paths}, summary, rounds)
+    write_ab_results("ab_encoders", args, md, headline, {"revision": rev, "hot_path": hot_paths}, summary, rounds)
 
 
 if __name__ == "__main__":
