@@ -14,6 +14,12 @@ ratio in steps per CPU second of each process, and the median training rate over
 measurements alternate, so slow drift of a shared machine hits both. Absolute rates depend on the machine and its
 load; the ratio is the figure.
 
+Also per repeat, in microseconds per recorded training step (:func:`per_step_breakdown`): the training step and its
+parts from ``edo train``'s time breakdown (env stepping, policy inference, update, other rollout work, set-up and
+logging), the env alone's step, the training step the target would need (the env alone's step / 0.35) and the
+"in-run" ratio that ``edo train`` prints (training steps/s over its envs' steps per second of env stepping inside
+training, a different reference from (2): the policy's actions, 16 envs, seeded resets).
+
 Usage::
 
     python benchmarks/train_throughput.py                 # 2 repeats, 300k training steps
@@ -129,6 +135,39 @@ def train_rate(cache_dir: Path, out_dir: Path, timesteps: int, extra_args: list[
             "printed": [line for line in proc.stdout.splitlines() if "rate" in line or "%" in line][-8:]}  # fmt: skip
 
 
+#: ``edo train``'s time-breakdown parts (``TrainResult.time_breakdown`` keys) and their names in the report.
+PARTS = {
+    "env_s": "env stepping",
+    "policy_inference_s": "policy inference",
+    "update_s": "update",
+    "rollout_other_s": "other rollout work",
+    "other_s": "set-up and logging",
+}
+
+
+def per_step_breakdown(run: dict[str, Any], target: float = TARGET) -> dict[str, float] | None:
+    """Microseconds per recorded training step of one repeat: ``train_step`` (training wall time / recorded steps), each
+    of :data:`PARTS` (from ``edo train``'s time breakdown, its own total scaled to the training wall time), ``env_alone``
+    (1 / the env alone's median rate), ``needed_for_target`` (``env_alone / target``: the training step at which the
+    ratio would reach ``target``) and ``in_run_ratio`` (training steps/s over the envs' own rate inside training, env
+    steps / env stepping seconds, as ``edo train`` prints it; a ratio, not microseconds). None without a breakdown.
+
+    :param run: One entry of the results' ``runs`` (``steps``, ``train_wall_s``, ``warm_median``, ``time_breakdown``)
+    """
+    times = run.get("time_breakdown") or {}
+    if not times.get("total_s") or not run.get("steps"):
+        return None
+    steps, wall = run["steps"], run["train_wall_s"]
+    scale = wall / times["total_s"]  # the breakdown's parts add up to its own total, measured inside the same call
+    out = {"train_step": 1e6 * wall / steps}
+    out.update({key: 1e6 * times[key] * scale / steps for key in PARTS})
+    out["env_alone"] = 1e6 / run["warm_median"]
+    out["needed_for_target"] = out["env_alone"] / target
+    env_steps, env_s = times.get("env_steps") or steps, times.get("env_s") or 0.0
+    out["in_run_ratio"] = (steps / wall) / (env_steps / env_s) if env_s > 0 else float("nan")
+    return out
+
+
 def warm_rate(cache_dir: Path, warmup: int, steps: int, repeats: int) -> dict[str, list[float]]:
     """The env alone in a fresh process, over ``repeats`` windows after ``warmup`` random legal steps: steps per
     second (``"wall"``) and per CPU second of the process (``"cpu"``) of each window."""
@@ -181,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append({**t, "warm_steps_per_s": w["wall"], "warm_steps_per_cpu_s": w["cpu"], "warm_median": warm,
                          "warm_cpu_median": warm_cpu, "ratio": t["steps_per_s"] / warm, "cpu_ratio": cpu_ratio,
                          "load_avg_1min": os.getloadavg()[0]})  # fmt: skip
+            runs[-1]["per_step_us"] = per_step_breakdown(runs[-1])
             print(f"  env alone {warm:,.0f} steps/s: ratio {runs[-1]['ratio']:.3f}", flush=True)
     ratio = median_iqr([r["ratio"] for r in runs])
     cpu_ratios = [r["cpu_ratio"] for r in runs if r["cpu_ratio"] is not None]
@@ -192,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                "load_avg_1min_at_start": load0, "runs": runs, "train_over_env": ratio, "target": TARGET,
                "met": bool(ratio["median"] >= TARGET), "train_over_env_cpu": cpu_ratio,
                "median_train_over_median_env": pooled}  # fmt: skip
+    breakdowns = [r["per_step_us"] for r in runs if r["per_step_us"]]
+    if breakdowns:  # medians over repeats, part by part
+        payload["per_step_us_median"] = {key: float(np.median([b[key] for b in breakdowns])) for key in breakdowns[0]}
     lines = [
         "# make train's rate against the env's own steady-state rate, same run",
         "",
@@ -213,6 +256,24 @@ def main(argv: list[str] | None = None) -> int:
             f"| {i + 1} | {r['steps_per_s']:,.0f} | {r['warm_median']:,.0f} | {r['ratio']:.3f} | {cpu_txt} | {share_txt} "
             f"| {idle_txt} |"
         )
+    if breakdowns:
+        lines += [
+            "",
+            "Microseconds per recorded training step (the parts from `edo train`'s time breakdown); the env alone's step; "
+            f"the training step at which the ratio would reach {TARGET}; and the in-run ratio `edo train` prints (its "
+            "envs' own rate inside training as the reference):",
+            "",
+            "| repeat | training step | " + " | ".join(PARTS.values()) + " | env alone | needed for "
+            f"{TARGET}x | in-run ratio |",
+            "|---|" + "---|" * (len(PARTS) + 5),
+        ]
+        for i, r in enumerate(runs):
+            b = r["per_step_us"]
+            if b:
+                lines.append(
+                    f"| {i + 1} | {b['train_step']:.1f} | " + " | ".join(f"{b[key]:.1f}" for key in PARTS)
+                    + f" | {b['env_alone']:.1f} | {b['needed_for_target']:.1f} | {b['in_run_ratio']:.2f} |"
+                )  # fmt: skip
     lines += [
         "",
         f"Median ratio {ratio['median']:.3f} (target >= {TARGET}): {'met' if payload['met'] else 'NOT met'}. "

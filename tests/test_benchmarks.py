@@ -757,6 +757,26 @@ def test_train_throughput_knows_which_settings_have_worker_processes():
     assert not _has_workers([]) and not _has_workers(["--vec-env=dummy", "--torch-threads=2"])
 
 
+def test_train_throughput_per_step_breakdown():
+    """Microseconds per recorded step from a repeat's time breakdown, scaled to the training wall time; the step the
+    target would need; the in-run ratio as `edo train` prints it."""
+    from benchmarks.train_throughput import PARTS, per_step_breakdown
+
+    times = {"total_s": 5.0, "env_s": 2.0, "policy_inference_s": 1.0, "update_s": 1.5, "rollout_other_s": 0.25,
+             "other_s": 0.25, "env_steps": 12_000}  # fmt: skip
+    run = {"steps": 10_000, "train_wall_s": 10.0, "warm_median": 25_000.0, "time_breakdown": times}
+    b = per_step_breakdown(run, target=0.4)
+    assert b["train_step"] == pytest.approx(1000.0)
+    # each part over the breakdown's own total (5 s) times the wall time (10 s), per recorded step
+    assert [b[key] for key in PARTS] == pytest.approx([400.0, 200.0, 300.0, 50.0, 50.0])
+    assert sum(b[key] for key in PARTS) == pytest.approx(b["train_step"])
+    assert b["env_alone"] == pytest.approx(40.0) and b["needed_for_target"] == pytest.approx(100.0)
+    # 1,000 training steps/s over 12,000 env steps in 2 s of env stepping (6,000 steps/s)
+    assert b["in_run_ratio"] == pytest.approx(1000.0 / 6000.0)
+    assert per_step_breakdown({**run, "time_breakdown": None}) is None
+    assert per_step_breakdown({**run, "time_breakdown": {}}) is None
+
+
 @pytest.mark.slow
 def test_train_throughput_tiny_run(tmp_path):
     """One tiny (training, env alone) pair: the ratio is training steps/s over the env's median steps/s (~40 s)."""
@@ -773,7 +793,11 @@ def test_train_throughput_tiny_run(tmp_path):
     assert run["cpu_ratio"] == pytest.approx(run["steps_per_cpu_s"] / run["warm_cpu_median"])
     assert data["train_over_env_cpu"]["median"] == pytest.approx(run["cpu_ratio"])
     assert data["median_train_over_median_env"] == pytest.approx(run["ratio"])
-    assert "Command: `python benchmarks/train_throughput.py --repeats 1" in (tmp_path / "train_throughput.md").read_text()
+    # the per-step breakdown of the repeat, and its medians (one repeat: the repeat's own)
+    assert run["per_step_us"]["train_step"] == pytest.approx(1e6 / run["steps_per_s"])
+    assert data["per_step_us_median"] == pytest.approx(run["per_step_us"], nan_ok=True)
+    md = (tmp_path / "train_throughput.md").read_text()
+    assert "Command: `python benchmarks/train_throughput.py --repeats 1" in md and "| in-run ratio |" in md
     assert data["settings"]["no_reachable"] is True
 
 
