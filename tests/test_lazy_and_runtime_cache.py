@@ -34,12 +34,19 @@ from tests.test_speed_options import _assert_same, _trajectory
 
 @pytest.fixture(scope="module")
 def warm_env():
-    """The default env on the suite's warm cache: every list complete, built in one go."""
+    """The default env with every list complete and its task features built in one go (the reference).
+
+    On a cold suite cache (this module run first, or alone, in a fresh clone) the first env is made before the lists
+    are complete, and fills its task features lazily, only for the tasks it draws: the reference is a second env, made
+    after ``complete_all`` on the same (process-wide) service."""
+    first = gym.make("EDO-v0")
+    first.unwrapped.service.complete_all()  # the one-go build, if this cache directory did not have it yet
     env = gym.make("EDO-v0")
     base = env.unwrapped
-    base.service.complete_all()  # the one-go build, if this cache directory did not have it yet
+    assert base._task_vectors.complete and base._task_ready.all()
     yield base
     env.close()
+    first.close()
 
 
 def _cold_dir_with_corpus(tmp_path, service) -> str:
