@@ -169,7 +169,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(f"{args.env}: world, corpus embeddings and shard indexes ready in {t1 - t0:.1f} s", flush=True)
         service.complete_all()
         t2 = time.perf_counter()
-        print(f"  canonical queries and task texts embedded and cached in {t2 - t1:.1f} s", flush=True)
+        print(f"  canonical queries and task texts embedded and cached, and the canonical queries searched in every "
+              f"shard ahead of use, in {t2 - t1:.1f} s", flush=True)  # fmt: skip
         runtime = service.runtime
         if args.no_reachable:
             print("  reachable queries: skipped (--no-reachable)")

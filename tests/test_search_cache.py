@@ -3,6 +3,8 @@
 - a process that reads results from disk takes the same trajectories as one that searches the index and as one with
   the cache off, and queries the index for none of the searches an earlier process stored (presearch of the canonical
   queries at the first reset included: read in bulk, the same results);
+- ``complete_all`` runs the presearch that a cold cache's first reset left waiting for the canonical vectors, so a
+  later process reads those results from disk (what ``edo prepare`` leaves);
 - ``search_reachable_queries`` (batched index queries) stores, for every reachable query, what a one-at-a-time search
   finds; a second call searches nothing;
 - a stored row that is damaged (CRC), or names documents outside the shard or the wrong number of them, is not used:
@@ -66,6 +68,39 @@ def test_results_read_from_disk_give_the_same_trajectories_and_no_index_queries(
     finally:
         for env in (off, writer, reader):
             env.close()
+
+
+def test_complete_all_runs_the_presearch_the_first_reset_left_for_later(tmp_path, small_world_kwargs):
+    """``edo prepare``'s order on a cold cache: the first reset's presearch waits for the complete list of canonical
+    vectors; ``complete_all`` builds the list, then presearches and stores the results, so that a later process's first
+    reset reads every canonical query's result from disk and queries the index for none of them."""
+    prep = _env(small_world_kwargs, tmp_path)
+    reader = None
+    try:
+        prep.reset(seed=0)
+        retrievers = [r for r in _retrievers(prep) if r.size]
+        top_k = {w.spec.top_k for w in prep.unwrapped.workers}
+        assert retrievers and all(r.presearch_pending and not r.presearched for r in retrievers)
+        assert sum(r.presearches + r.presearch_disk_hits for r in retrievers) == 0
+        prep.unwrapped.service.complete_all()
+        assert all(not r.presearch_pending and r.presearched <= top_k and r.presearched for r in retrievers)
+        searched = sum(r.presearches for r in retrievers)
+        assert searched == sum(len(r.presearched) * len(r.encoder.canonical) for r in retrievers) > 0
+        assert prep.unwrapped.service.run_pending_presearches() == 0  # nothing left
+        prep.unwrapped.service.flush()
+        # another service on the same directory (a different memo size), as a later process: all read from disk
+        reader = _env(small_world_kwargs, tmp_path, result_cache_size=49_999)
+        reader.reset(seed=0)
+        later = [r for r in _retrievers(reader) if r.size]
+        assert sum(r.presearches for r in later) == 0 and sum(r.searches for r in later) == 0
+        assert sum(r.presearch_disk_hits for r in later) == searched
+        for p_ret, r_ret in zip(retrievers, later, strict=True):
+            for (text, k), ids in list(p_ret.memo._data.items()):
+                assert r_ret.memo._data.get((text, k)) == ids, text
+    finally:
+        for env in (prep, reader):
+            if env is not None:
+                env.close()
 
 
 def test_reachable_queries_searched_ahead_equal_one_at_a_time_searches(tmp_path, small_world_kwargs):

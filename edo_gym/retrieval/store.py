@@ -302,6 +302,9 @@ class ShardRetriever:
         self.search_s = 0.0
         #: Canonical queries searched ahead of use in batches (see ``RetrievalConfig.presearch``); ``None``: off.
         self.presearched: set[int] | None = None
+        #: ``k`` values whose presearch waited for the complete list of canonical vectors (a cold cache): done by
+        #: :meth:`RetrievalService.run_pending_presearches` once the list is built (see :meth:`_presearch`).
+        self.presearch_pending: set[int] = set()
         self.presearches = 0
         #: Corpus vectors for exact re-ranking of the index's candidates (``None``: take the index's order).
         self.vectors: np.ndarray | None = None
@@ -461,7 +464,9 @@ class ShardRetriever:
         stored)."""
         assert self.presearched is not None
         if not self.encoder.lazy_canonical.complete:  # not all canonical vectors built yet: search one at a time
+            self.presearch_pending.add(k)
             return
+        self.presearch_pending.discard(k)
         self.presearched.add(k)
         texts = list(self.encoder.canonical)
         vectors = self.encoder.canonical_vectors
@@ -906,18 +911,37 @@ class RetrievalService:
 
     def complete_all(self, reachable_queries: bool = False, top_k: Sequence[int] | None = None) -> None:
         """Build every list still incomplete (canonical queries, task texts) now, in one pass with a progress bar,
-        and write them to the disk cache: what a later process then loads at start-up.
+        and write them to the disk cache: what a later process then loads at start-up. Then run the presearches that
+        waited for the canonical list (:meth:`run_pending_presearches`).
 
         :param reachable_queries: then also :meth:`embed_reachable_queries`, given ``top_k``
             :meth:`search_reachable_queries`, and :meth:`store_piece_counts` (``edo prepare`` does all of it).
         :param top_k: each worker's ``k``, for :meth:`search_reachable_queries`.
         """
         self._complete_lists()
+        self.run_pending_presearches()
         if reachable_queries:
             self.embed_reachable_queries()
             if top_k is not None:
                 self.search_reachable_queries(top_k)
             self.store_piece_counts()
+
+    def run_pending_presearches(self) -> int:
+        """Presearch now the canonical queries for every ``k`` whose presearch waited for the complete list of
+        canonical vectors (an env's first reset on a cold cache, as in ``edo prepare``), if that list is complete:
+        results read from the run-time disk cache or searched and stored there, so that a later process's first reset
+        reads them all in bulk instead of querying the index (about 0.7 s for EDO-v0's four shards on 2 cores).
+        Exact: what the first reset's presearch would have done. :meth:`complete_all` calls it.
+
+        :returns: the number of (canonical query, shard) searches run (those read from disk not counted).
+        """
+        searched = 0
+        for retriever in {id(r): r for r in self.retrievers}.values():
+            for k in sorted(retriever.presearch_pending):
+                before = retriever.presearches
+                retriever.prepare(k)
+                searched += retriever.presearches - before
+        return searched
 
     def add_tasks(self, tasks: Sequence[Task]) -> None:
         """Register a task pool of this world (``TaskPool.tasks``; each env does at construction): the reachable
