@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "| repeat | training step | " + " | ".join(PARTS.values()) + " | env alone | needed for "
             f"{TARGET}x | in-run ratio |",
-            "|---|" + "---|" * (len(PARTS) + 5),
+            "|---|" + "---|" * (len(PARTS) + 4),
         ]
         for i, r in enumerate(runs):
             b = r["per_step_us"]
