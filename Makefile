@@ -42,8 +42,9 @@ demo-llm: $(BUILT)  ## real local LLM: start `edo serve-llm`, run a small demo a
 		--llm-cache .llm_cache --llm-cache-mode record
 
 # Embed ahead of time what runs of EDO-v0 will need (corpus, canonical queries, task texts, the world's reachable
-# queries; about 25 s once on 2 cores, then a few seconds to find everything cached): later processes start warm and
-# meet almost no query the embedder must run for. Exact: the same vectors as at step time, bit for bit.
+# queries) and search the canonical and reachable queries in every shard (about 30 s once on 2 cores, then a few
+# seconds to find everything cached): later processes start warm and meet almost no query the embedder must run for.
+# Exact: the same vectors and search results as at step time, bit for bit.
 prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk caches; idempotent)
 	$(BIN)/edo prepare
 
