@@ -35,15 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.bench_lib import REPO  # noqa: E402
 from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
-from benchmarks.train_throughput import _COMPLETE, TRAIN_ARGS, _env  # noqa: E402
-
-PARTS = {
-    "env_s": "env stepping",
-    "policy_inference_s": "policy inference",
-    "update_s": "update",
-    "rollout_other_s": "other rollout work",
-    "other_s": "set-up and logging",
-}
+from benchmarks.train_throughput import _COMPLETE, PARTS, TRAIN_ARGS, _env  # noqa: E402
 
 
 def resolve_revision(rev: str) -> str:
