@@ -376,6 +376,40 @@ def test_collection_sampling_is_the_maskable_distribution_bit_for_bit(masked, ma
         assert th.equal(after_fast_path, th.rand(3))
 
 
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_collection_sampling_with_non_finite_logits_is_multinomials(bad, masked):
+    """The fast path draws without ``th.multinomial``'s validation of the probabilities: with a NaN or infinite logit
+    it still raises multinomial's error where multinomial raises, and otherwise gives its draw and log-probabilities."""
+    from baselines.grpo.policies import MASKED_LOGIT, sample_masked_categorical
+
+    def with_multinomial(logits: th.Tensor, masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor]:
+        normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
+        masked_logits = normalised if masks is None else th.where(th.as_tensor(masks), normalised, MASKED_LOGIT)
+        log_p = masked_logits - masked_logits.logsumexp(dim=-1, keepdim=True)
+        drawn = th.multinomial(th.softmax(log_p, dim=-1), 1, True)
+        return drawn.view(-1), log_p.gather(-1, drawn).view(-1)
+
+    logits = th.randn(8, 5, generator=th.Generator().manual_seed(0))
+    logits[3, 2] = bad
+    masks = None
+    if masked:
+        masks = np.ones((8, 5), dtype=bool)
+        masks[3, 2] = False
+    th.manual_seed(0)
+    try:
+        expected = with_multinomial(logits, masks)
+    except RuntimeError as error:
+        assert "probability tensor contains" in str(error)
+        with pytest.raises(RuntimeError, match="probability tensor contains"):
+            sample_masked_categorical(logits, masks)
+        assert bad != float("-inf")  # exp(-inf) = 0 is a valid probability
+        return
+    th.manual_seed(0)
+    actions, log_prob = sample_masked_categorical(logits, masks)
+    assert th.equal(actions, expected[0]) and th.equal(log_prob, expected[1])
+
+
 def test_policy_forward_samples_like_the_distribution_path():
     env = gym.make("CartPole-v1")
     policy = GRPOPolicy(env.observation_space, env.action_space, lambda _: 1e-3, net_arch=[16])

@@ -915,8 +915,9 @@ class GRPO(OnPolicyAlgorithm):
                     self._check_observed_masks(env, action_masks, mask_key)
                     check_mask_key = False
             recorded = np.flatnonzero(active)
-            # fancy indexing copies: the stored rows stay as they are whatever the VecEnv does to its arrays later
-            first_row = obs_store.append(_take_obs(obs, recorded))
+            every_env = len(recorded) == n_envs  # then recorded is arange(n_envs): whole arrays are copied
+            # copies: the stored rows stay as they are whatever the VecEnv does to its arrays later
+            first_row = obs_store.append(_take_obs(obs, recorded, every_env))
             if action_masks is not None:
                 mask_store.append(np.asarray(action_masks[recorded], dtype=bool).reshape(len(recorded), -1))
             with th.inference_mode():
@@ -941,14 +942,16 @@ class GRPO(OnPolicyAlgorithm):
                 step_obs, step_rewards, step_dones, step_infos = env.step(clipped_actions)
 
             self.num_timesteps += len(recorded)
-            # Callbacks see the recorded envs only (SB3's names, restricted to those envs)
+            # Callbacks see the recorded envs only (SB3's names, restricted to those envs); as in SB3, the info buffer
+            # reads the same infos and dones as the callback
+            recorded_infos, recorded_dones = [step_infos[i] for i in recorded], step_dones[recorded]
             callback.update_locals(
                 {
-                    "infos": [step_infos[i] for i in recorded],
-                    "dones": step_dones[recorded],
+                    "infos": recorded_infos,
+                    "dones": recorded_dones,
                     "rewards": step_rewards[recorded],
                     "actions": step_actions[recorded],
-                    "new_obs": _take_obs(step_obs, recorded),
+                    "new_obs": _take_obs(step_obs, recorded, every_env),
                     "env_indices": recorded,
                     "recorded": np.arange(len(recorded)),
                     "wave_members": [slots[i].member for i in recorded],
@@ -956,7 +959,7 @@ class GRPO(OnPolicyAlgorithm):
             )
             if not callback.on_step():
                 return False
-            self._update_info_buffer([step_infos[i] for i in recorded], step_dones[recorded])
+            self._update_info_buffer(recorded_infos, recorded_dones)
 
             row = first_row  # the next recorded env's row in the stores (recorded envs are in env order)
             dones = step_dones.tolist()
@@ -1309,10 +1312,14 @@ def _set_obs(obs: Any, env_idx: int, value: Any) -> None:
         obs[env_idx] = value
 
 
-def _take_obs(obs: Any, indices: np.ndarray) -> Any:
+def _take_obs(obs: Any, indices: np.ndarray, every_row: bool = False) -> Any:
+    """Rows ``indices`` of ``obs`` (an array or a dict of arrays), copied. ``every_row``: ``indices`` is every row in
+    order (``arange``), and whole arrays are copied instead: the same values, ~4x faster than fancy indexing."""
     if isinstance(obs, dict):
+        if every_row:
+            return {key: value.copy() for key, value in obs.items()}
         return {key: value[indices] for key, value in obs.items()}
-    return obs[indices]
+    return obs.copy() if every_row else obs[indices]
 
 
 __all__ = ["GRPO", "GRPOLossTerms", "Member", "grpo_loss", "ratio_diagnostics"]
