@@ -897,9 +897,10 @@ class GRPO(OnPolicyAlgorithm):
         mask_key = self.__dict__.get("action_mask_key") if use_masking else None
         check_mask_key = mask_key is not None
 
+        inference = th.inference_mode()  # one context manager, entered once per vectorized step
         while True:
-            active = np.array([slot.member is not None for slot in slots])
-            if not active.any():
+            active_list = [slot.member is not None for slot in slots]
+            if not any(active_list):
                 if not state.pending and not any(slot.queued for slot in slots):
                     self._claim_groups(env, state, self._groups_to_claim(state))
                     if not state.pending:
@@ -914,13 +915,16 @@ class GRPO(OnPolicyAlgorithm):
                 if check_mask_key:
                     self._check_observed_masks(env, action_masks, mask_key)
                     check_mask_key = False
-            recorded = np.flatnonzero(active)
-            every_env = len(recorded) == n_envs  # then recorded is arange(n_envs): whole arrays are copied
+            every_env = all(active_list)  # then recorded is arange(n_envs): whole arrays are copied
+            recorded = np.arange(n_envs) if every_env else np.flatnonzero(active_list)
             # copies: the stored rows stay as they are whatever the VecEnv does to its arrays later
             first_row = obs_store.append(_take_obs(obs, recorded, every_env))
             if action_masks is not None:
-                mask_store.append(np.asarray(action_masks[recorded], dtype=bool).reshape(len(recorded), -1))
-            with th.inference_mode():
+                # the masks are a new array each step (get_action_masks stacks the envs' own; astype copies), read
+                # only: every env's rows are stored as they are, some envs' are taken (a copy)
+                masks = np.asarray(action_masks, dtype=bool) if every_env else np.asarray(action_masks[recorded], dtype=bool)
+                mask_store.append(masks.reshape(len(recorded), -1))
+            with inference:
                 # numpy Dict observations straight to the policy's flat features when it can (same values, same draw)
                 from_numpy = getattr(self.policy, "sample_from_numpy", None) if isinstance(obs, dict) else None
                 sampled = from_numpy(obs, action_masks) if from_numpy is not None else None
@@ -934,7 +938,7 @@ class GRPO(OnPolicyAlgorithm):
             if isinstance(self.action_space, spaces.Box):
                 clipped_actions = np.clip(step_actions, self.action_space.low, self.action_space.high)
 
-            if step_some is not None and (can_hold or not active.all()):
+            if step_some is not None and (can_hold or not every_env):
                 moving = [i for i in range(n_envs) if slots[i].member is not None or slots[i].queued]
                 hold = {"hold": [i for i in moving if not slots[i].queued]} if can_hold else {}
                 step_obs, step_rewards, step_dones, step_infos = step_some(clipped_actions, moving, **hold)
