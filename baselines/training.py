@@ -579,10 +579,28 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
     ``DummyVecEnv``'s (tested); ``make_train_env`` uses it for EDO ids only.
     """
 
+    #: Methods whose ``env_method`` call does exactly what ``DummyVecEnv.env_method`` does (call each target env's
+    #: ``get_wrapper_attr(name)``): GRPO and GiGPO call the wrappers' ``queue_starts`` directly, once per episode.
+    direct_env_methods: tuple[str, ...] = ("queue_starts",)
+
     def __init__(self, env_fns: list[Callable[[], gym.Env]]):
         super().__init__(env_fns)
         #: envs whose episode ended in ``step_some(..., hold=...)`` without the auto-reset (see there)
         self._held: set[int] = set()
+        #: per env, ``(key, the env's row of the key's observation buffer)``: ``_save_obs`` assigns into the row views
+        #: (DummyVecEnv's ``buf_obs[key][env_idx] = obs[key]`` without the dict lookup and the row indexing each step:
+        #: 0.66 against 1.05 us for EDO's 7 keys). None when a buffer has no row view (a scalar per env, or no keys)
+        self._obs_rows: list[list[tuple[Any, np.ndarray]]] | None = None
+        if self.keys and all(key is not None and self.buf_obs[key].ndim >= 2 for key in self.keys):
+            self._obs_rows = [[(key, self.buf_obs[key][i]) for key in self.keys] for i in range(self.num_envs)]
+
+    def _save_obs(self, env_idx: int, obs: Any) -> None:
+        rows = self._obs_rows
+        if rows is None:
+            super()._save_obs(env_idx, obs)
+            return
+        for key, row in rows[env_idx]:
+            row[...] = obs[key]  # the same assignment as buf_obs[key][env_idx] = obs[key] (broadcasting, casting)
 
     def _step_one(self, env_idx: int, action: Any, hold: bool = False) -> None:
         """DummyVecEnv's step of env ``env_idx`` (stable-baselines3 2.x), its auto-reset included unless ``hold``, into

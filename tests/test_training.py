@@ -194,6 +194,7 @@ def test_fresh_info_dummy_vec_env_matches_dummy_vec_env():
     )  # fmt: skip
     try:
         assert type(fast) is FreshInfoDummyVecEnv and type(ref) is DummyVecEnv
+        assert fast._obs_rows is not None  # observations are saved through the row views
         obs_a, obs_b = fast.reset(), ref.reset()
         rng = np.random.default_rng(0)
         seen: list = []
@@ -220,6 +221,77 @@ def test_fresh_info_dummy_vec_env_matches_dummy_vec_env():
     finally:
         fast.close()
         ref.close()
+
+
+def test_fresh_info_dummy_vec_env_saves_non_dict_observations_as_dummy_vec_env():
+    """A Box observation (one buffer, key None) has no row views: ``_save_obs`` is DummyVecEnv's, same values."""
+    fast = FreshInfoDummyVecEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+    ref = DummyVecEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+    try:
+        assert fast._obs_rows is None
+        fast.seed(3)
+        ref.seed(3)
+        obs_a, obs_b = fast.reset(), ref.reset()
+        for t in range(60):
+            assert np.array_equal(obs_a, obs_b)
+            actions = np.array([t % 2, (t // 3) % 2])
+            obs_a, rew_a, done_a, _ = fast.step(actions)
+            obs_b, rew_b, done_b, _ = ref.step(actions)
+            assert np.array_equal(rew_a, rew_b) and np.array_equal(done_a, done_b)
+    finally:
+        fast.close()
+        ref.close()
+
+
+def test_grpo_queues_starts_directly_only_where_env_method_does_just_that(tmp_path, monkeypatch):
+    """GRPO calls each env's ``queue_starts`` itself on an in-process DummyVecEnv (or one that declares the method
+    in ``direct_env_methods``), and trains the same parameters as through ``env_method``; a subclass that overrides
+    ``env_method`` without declaring it, or a VecEnvWrapper, keeps ``env_method``."""
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from baselines.grpo.grpo import GRPO
+
+    venv = make_train_env(TrainConfig(**{**TINY, "n_envs": 2}))
+    try:
+        fns = GRPO._direct_queue_starts(venv)
+        assert fns is not None and [fn.__self__ for fn in fns] == venv.envs  # each env's GroupStartWrapper
+        with pytest.warns(UserWarning, match="already wrapped with a `Monitor`"):
+            wrapped = VecMonitor(venv)
+        assert GRPO._direct_queue_starts(wrapped) is None
+    finally:
+        venv.close()
+
+    class CountingVecEnv(DummyVecEnv):
+        def env_method(self, method_name, *method_args, indices=None, **method_kwargs):
+            return super().env_method(method_name, *method_args, indices=indices, **method_kwargs)
+
+    plain = DummyVecEnv([lambda: GroupStartWrapper(gym.make("CartPole-v1"))])
+    counting = CountingVecEnv([lambda: GroupStartWrapper(gym.make("CartPole-v1"))])
+    assert GRPO._direct_queue_starts(plain) is not None and GRPO._direct_queue_starts(counting) is None
+    plain.close()
+    counting.close()
+
+    kwargs = dict(TINY, total_timesteps=600, n_envs=4, group_size=4, groups_per_rollout=2, eval_episodes=0)
+
+    def run(name: str) -> dict:
+        cfg = TrainConfig(algo="grpo", env_id="EDO-v0", seed=3, output_dir=str(tmp_path / name), **kwargs)
+        model, _ = train(cfg)
+        return {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
+
+    calls = []
+    env_method = FreshInfoDummyVecEnv.env_method
+
+    def counted(self, method_name, *args, **kw):
+        calls.append(method_name)
+        return env_method(self, method_name, *args, **kw)
+
+    monkeypatch.setattr(FreshInfoDummyVecEnv, "env_method", counted)  # declared: still called directly
+    direct = run("direct")
+    assert "queue_starts" not in calls
+    monkeypatch.setattr(GRPO, "_direct_queue_starts", staticmethod(lambda env: None))
+    through = run("env_method")
+    assert "queue_starts" in calls
+    assert direct.keys() == through.keys() and all(th.equal(direct[k], through[k]) for k in direct)
 
 
 def test_eval_episodes_zero_skips_evaluation(tmp_path):

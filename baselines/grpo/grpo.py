@@ -20,7 +20,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, FILTER_ON, SCALE_REWARDS, SUPERVISIONS
 from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer, StepRows, StepStore
@@ -76,6 +76,8 @@ class _RolloutState:
     finished_members: list[int] = field(default_factory=list)
     complete: int = 0
     informative: int = 0
+    #: each env's ``queue_starts``, called directly (see ``GRPO._direct_queue_starts``); None: through ``env_method``
+    queue_fns: list[Callable[..., Any]] | None = None
 
 
 class GRPOLossTerms(NamedTuple):
@@ -778,6 +780,7 @@ class GRPO(OnPolicyAlgorithm):
         callback.on_rollout_start()
 
         state = _RolloutState(target=target, cap=cap)
+        state.queue_fns = self._direct_queue_starts(env) if mode == "queue" else None
         self._claim_groups(env, state, self._groups_to_claim(state))
         slots = [_EnvSlot() for _ in range(env.num_envs)]
         obs = self._start_idle_envs(env, mode, slots, state, self._last_obs)
@@ -825,8 +828,32 @@ class GRPO(OnPolicyAlgorithm):
         """Queue up to ``n`` pending members as the next starts of env ``env_idx`` (queued-start mode)."""
         members = [state.pending.popleft() for _ in range(min(n, len(state.pending)))]
         if members:
-            env.env_method("queue_starts", [(m.seed, dict(m.options)) for m in members], indices=[env_idx])
+            self._send_starts(env, env_idx, members, state)
             slot.queued.extend(members)
+
+    @staticmethod
+    def _send_starts(env: VecEnv, env_idx: int, members: list[Member], state: _RolloutState) -> None:
+        """Queue ``members``' starts in env ``env_idx``'s GroupStartWrapper (directly where ``state.queue_fns`` says)."""
+        starts = [(m.seed, dict(m.options)) for m in members]
+        if state.queue_fns is not None:
+            state.queue_fns[env_idx](starts)
+        else:
+            env.env_method("queue_starts", starts, indices=[env_idx])
+
+    @staticmethod
+    def _direct_queue_starts(env: VecEnv) -> list[Callable[..., Any]] | None:
+        """
+        Each env's ``queue_starts`` (its :class:`GroupStartWrapper`'s), to call directly once per episode, when that is
+        exactly what ``env.env_method("queue_starts", ..., indices=[i])`` does: an in-process ``DummyVecEnv`` (not behind
+        a VecEnvWrapper) whose ``env_method`` is DummyVecEnv's, or whose class lists ``"queue_starts"`` in its
+        ``direct_env_methods`` (``baselines.training.FreshInfoDummyVecEnv``). None otherwise: ``env_method`` is used.
+        """
+        if not isinstance(env, DummyVecEnv) or env.unwrapped is not env:
+            return None
+        cls = type(env)
+        if cls.env_method is not DummyVecEnv.env_method and "queue_starts" not in getattr(cls, "direct_env_methods", ()):
+            return None
+        return [inner.get_wrapper_attr("queue_starts") for inner in env.envs]
 
     def _start_idle_envs(self, env: VecEnv, mode: str, slots: list[_EnvSlot], state: _RolloutState, last_obs: Any) -> Any:
         """
@@ -849,7 +876,7 @@ class GRPO(OnPolicyAlgorithm):
                         starts[env_idx].append(state.pending.popleft())
             for env_idx, members in starts.items():
                 if members:
-                    env.env_method("queue_starts", [(m.seed, dict(m.options)) for m in members], indices=[env_idx])
+                    self._send_starts(env, env_idx, members, state)
                     slots[env_idx].queued.extend(members)
             obs = env.reset()
             for env_idx, slot in enumerate(slots):
