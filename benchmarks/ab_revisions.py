@@ -5,9 +5,12 @@ measured here as alternated pairs: a fresh ``edo train`` process with ``make tra
 ``--eval-episodes 0`` running the base revision's code (checked out into a temporary ``git worktree``), then one
 running this checkout's code, ``--repeats`` times. Each arm has a cache directory of its own, prepared by its own
 code as ``make prepare`` leaves it, and each run starts on a fresh copy of it (a run adds run-time cache entries:
-without the copy, later runs would find more). Reported: each pair's training steps/s and time breakdown, the head / base ratio of
-training wall time per pair and its median, and whether the two arms saved the same policy parameters (an exact speed
-change trains the same policy, tensor for tensor).
+without the copy, later runs would find more). Both arms run the same hot path: the compiled modules
+(``edo compile``) are build outputs that a new worktree lacks, so when this checkout runs compiled the base's own are
+built in its worktree first, and both arms then run with ``EDO_GYM_COMPILED=on``; otherwise both run pure Python
+(``off``). (Until stop 35 the base arm silently ran pure Python against a compiled head.) Reported: each pair's
+training steps/s and time breakdown, the head / base ratio of training wall time per pair and its median, and whether
+the two arms saved the same policy parameters (an exact speed change trains the same policy, tensor for tensor).
 
 Usage: ``python benchmarks/ab_revisions.py --base REV [--repeats 3] [--timesteps 300000] [--no-reachable]``.
 Results: ``benchmarks/results/ab_revisions.{json,md}`` (or ``--out-dir``).
@@ -47,11 +50,42 @@ def resolve_revision(rev: str) -> str:
     return proc.stdout.strip()
 
 
-def train_once(code_dir: Path, cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]:
+def _arm_env(cache_dir: Path, code_dir: Path, hot_path_mode: str | None = None) -> dict[str, str]:
+    """The environment of an arm's process; ``hot_path_mode``: ``EDO_GYM_COMPILED`` for it (None: as inherited)."""
+    env = _env(cache_dir, code_dir)
+    if hot_path_mode is not None:
+        env["EDO_GYM_COMPILED"] = hot_path_mode
+    return env
+
+
+def hot_path(code_dir: Path, cache_dir: Path) -> str:
+    """``edo_gym.compiled.summary()`` of the code in ``code_dir`` (``compiled``, ``source`` or ``partial (k/n
+    compiled)``); ``source`` for a revision without ``edo_gym.compiled``."""
+    proc = subprocess.run([sys.executable, "-c", "from edo_gym import compiled; print(compiled.summary())"], cwd=code_dir,
+                          env=_arm_env(cache_dir, code_dir), capture_output=True, text=True)  # fmt: skip
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if proc.returncode == 0 and lines else "source"
+
+
+def match_hot_paths(worktree: Path, cache_dir: Path) -> dict[str, str]:
+    """Run both arms with the same hot path. The compiled modules are build outputs (not in git), so a new worktree of
+    the base has none: when this checkout runs compiled, build the base's with its own ``edo compile``; then
+    ``mode`` is ``on`` (``EDO_GYM_COMPILED``) if both arms are compiled, else ``off``: pure Python in both."""
+    head = hot_path(REPO, cache_dir)
+    if head == "compiled":
+        subprocess.run([sys.executable, "-m", "edo_gym.cli", "compile", "--no-progress"], cwd=worktree,
+                       env=_arm_env(cache_dir, worktree), capture_output=True, text=True)  # fmt: skip
+    base = hot_path(worktree, cache_dir)
+    return {"mode": "on" if head == base == "compiled" else "off", "base": base, "head": head}
+
+
+def train_once(
+    code_dir: Path, cache_dir: Path, out_dir: Path, timesteps: int, hot_path_mode: str | None = None
+) -> dict[str, Any]:
     """One fresh ``edo train`` process running the code in ``code_dir``: its rate, time breakdown and parameters."""
     args = ["-m", "edo_gym.cli", "train", *TRAIN_ARGS, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
-    proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_env(cache_dir, code_dir), capture_output=True,
-                          text=True)  # fmt: skip
+    proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_arm_env(cache_dir, code_dir, hot_path_mode),
+                          capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"edo train in {code_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     (summary,) = out_dir.glob("*.json")
@@ -103,15 +137,21 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(worktree), base], cwd=REPO, check=True)
         try:
             code = {"base": worktree, "head": REPO}
+            print("matching the arms' hot paths (building the base's compiled modules if this checkout has them) ...",
+                  flush=True)  # fmt: skip
+            hot = match_hot_paths(worktree, Path(tmp) / "hot_path_cache")
+            print(f"  both arms run {'compiled' if hot['mode'] == 'on' else 'pure Python'} (EDO_GYM_COMPILED="
+                  f"{hot['mode']}; base {hot['base']}, head {hot['head']})", flush=True)  # fmt: skip
             for arm in ("base", "head"):
                 print(f"preparing the {arm} arm's cache (as make prepare) ...", flush=True)
                 subprocess.run([sys.executable, "-c", _COMPLETE, "0" if args.no_reachable else "1"], cwd=code[arm],
-                               env=_env(Path(tmp) / f"cache_{arm}", code[arm]), check=True, capture_output=True)  # fmt: skip
+                               env=_arm_env(Path(tmp) / f"cache_{arm}", code[arm], hot["mode"]), check=True,
+                               capture_output=True)  # fmt: skip
             for r in range(args.repeats):
                 for arm in ("base", "head"):
                     cache = Path(tmp) / f"cache_{arm}_{r}"
                     shutil.copytree(Path(tmp) / f"cache_{arm}", cache)
-                    run = train_once(code[arm], cache, Path(tmp) / f"{arm}{r}", args.timesteps)
+                    run = train_once(code[arm], cache, Path(tmp) / f"{arm}{r}", args.timesteps, hot["mode"])
                     shutil.rmtree(cache)
                     runs[arm].append(run)
                     print(f"  pair {r + 1} {arm}: {run['train_wall_s']:.1f} s, {run['steps_per_s']:,.0f} steps/s", flush=True)
@@ -127,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS},
         "base_revision": base,
         "head_revision": head,
+        "hot_path": hot,
         "runs": runs,
         "head_over_base_wall": pair_ratios,
         "median_head_over_base_wall": float(np.median(pair_ratios)),
@@ -139,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{machine_line()}. Command: `{command}`. Base {base[:12]}, head {_short(head)}. Fresh `edo train` processes with "
         f"`make train`'s arguments and `--eval-episodes 0`, {args.timesteps:,} steps, alternated base / head, "
-        f"{args.repeats} pairs; each arm on a cache prepared by its own code.",
+        f"{args.repeats} pairs; each arm on a cache prepared by its own code. Hot path: "
+        f"{'compiled in both arms' if hot['mode'] == 'on' else 'pure Python in both arms'} (`EDO_GYM_COMPILED={hot['mode']}`; "
+        f"built: base {hot['base']}, head {hot['head']}).",
         "",
         "| pair | base: training s (steps/s) | head: training s (steps/s) | head / base | same parameters |",
         "|---|---|---|---|---|",

@@ -825,7 +825,8 @@ def test_train_call_costs_tiny_run(tmp_path):
 
 @pytest.mark.slow
 def test_ab_revisions_tiny_run(tmp_path):
-    """One (base, head) pair with base = HEAD: the same code on both sides trains the same parameters (~70 s)."""
+    """One (base, head) pair with base = HEAD: the same code on both sides trains the same parameters, on the same
+    hot path (the base worktree's compiled modules are built when this checkout has them; ~2 min)."""
 
     def worktrees() -> list[str]:
         return subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout.splitlines()
@@ -839,6 +840,8 @@ def test_ab_revisions_tiny_run(tmp_path):
     assert data["head_over_base_wall"] == [pytest.approx(head["train_wall_s"] / base["train_wall_s"])]
     assert set(data["median_parts_s"]["head"]) == {"env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s"}
     assert "| 1 |" in (tmp_path / "ab_revisions.md").read_text()
+    hot = data["hot_path"]
+    assert hot["base"] == hot["head"] and hot["mode"] == ("on" if hot["head"] == "compiled" else "off")
     assert worktrees() == before  # the base revision's temporary worktree is gone
 
 
