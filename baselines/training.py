@@ -582,6 +582,9 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
     #: Methods whose ``env_method`` call does exactly what ``DummyVecEnv.env_method`` does (call each target env's
     #: ``get_wrapper_attr(name)``): GRPO and GiGPO call the wrappers' ``queue_starts`` directly, once per episode.
     direct_env_methods: tuple[str, ...] = ("queue_starts",)
+    #: ``step``, ``step_some`` and ``reset`` hand out new observation arrays (copies of the buffers) and never write into
+    #: them again: GRPO and GiGPO store a step's observations as handed out, without a copy of their own.
+    fresh_observations: bool = True
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]]):
         super().__init__(env_fns)
@@ -593,6 +596,8 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
         self._obs_rows: list[list[tuple[Any, np.ndarray]]] | None = None
         if self.keys and all(key is not None and self.buf_obs[key].ndim >= 2 for key in self.keys):
             self._obs_rows = [[(key, self.buf_obs[key][i]) for key in self.keys] for i in range(self.num_envs)]
+        #: object arrays in the buffers (their deep copy also copies their elements: ``_obs_from_buf`` keeps it)
+        self._object_obs = any(value.dtype == object for value in self.buf_obs.values())
 
     def _save_obs(self, env_idx: int, obs: Any) -> None:
         rows = self._obs_rows
@@ -666,7 +671,7 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
     def _obs_from_buf(self) -> Any:
         # DummyVecEnv's deepcopy of the dict of observation buffers, as one copy per array (the same arrays, values and
         # dict type; object arrays, whose deep copy also copies their elements, keep the deepcopy)
-        if any(value.dtype == object for value in self.buf_obs.values()):
+        if self._object_obs:
             return super()._obs_from_buf()
         return dict_to_obs(
             self.observation_space, type(self.buf_obs)((key, value.copy()) for key, value in self.buf_obs.items())

@@ -294,6 +294,33 @@ def test_grpo_queues_starts_directly_only_where_env_method_does_just_that(tmp_pa
     assert direct.keys() == through.keys() and all(th.equal(direct[k], through[k]) for k in direct)
 
 
+def test_grpo_stores_a_fresh_vec_envs_observations_without_a_copy_and_trains_the_same(tmp_path, monkeypatch):
+    """``fresh_observations`` (FreshInfoDummyVecEnv): a step with every env recorded is stored as the VecEnv handed
+    it out, not copied again; training is the same to the bit as with the copy."""
+    from baselines.grpo import grpo as grpo_module
+
+    kwargs = dict(TINY, total_timesteps=600, n_envs=4, group_size=4, groups_per_rollout=2, eval_episodes=0)
+
+    def run(name: str) -> tuple[dict, int]:
+        takes = {"n": 0}
+        take = grpo_module._take_obs
+
+        def counted(obs, indices, every_row=False):
+            takes["n"] += 1
+            return take(obs, indices, every_row)
+
+        monkeypatch.setattr(grpo_module, "_take_obs", counted)
+        cfg = TrainConfig(algo="grpo", env_id="EDO-v0", seed=4, output_dir=str(tmp_path / name), **kwargs)
+        model, _ = train(cfg)
+        return {k: v.detach().clone() for k, v in model.policy.state_dict().items()}, takes["n"]
+
+    fresh, takes_fresh = run("fresh")
+    monkeypatch.setattr(FreshInfoDummyVecEnv, "fresh_observations", False)
+    copied, takes_copied = run("copied")
+    assert takes_fresh < takes_copied  # fewer copies taken
+    assert fresh.keys() == copied.keys() and all(th.equal(fresh[k], copied[k]) for k in fresh)
+
+
 def test_eval_episodes_zero_skips_evaluation(tmp_path):
     cfg = TrainConfig(output_dir=str(tmp_path), **{**TINY, "eval_episodes": 0})
     _, result = train(cfg)

@@ -925,6 +925,9 @@ class GRPO(OnPolicyAlgorithm):
         check_mask_key = mask_key is not None
 
         inference = th.inference_mode()  # one context manager, entered once per vectorized step
+        # a VecEnv that hands out new observation arrays and never writes into them again (its class says so with
+        # ``fresh_observations``, as FreshInfoDummyVecEnv does) lets a step with every env recorded be stored as is
+        fresh_obs = env.unwrapped is env and getattr(type(env), "fresh_observations", False) is True
         while True:
             active_list = [slot.member is not None for slot in slots]
             if not any(active_list):
@@ -944,8 +947,9 @@ class GRPO(OnPolicyAlgorithm):
                     check_mask_key = False
             every_env = all(active_list)  # then recorded is arange(n_envs): whole arrays are copied
             recorded = np.arange(n_envs) if every_env else np.flatnonzero(active_list)
-            # copies: the stored rows stay as they are whatever the VecEnv does to its arrays later
-            first_row = obs_store.append(_take_obs(obs, recorded, every_env))
+            # copies (or a fresh VecEnv's own arrays, which GRPO does not write into either once stepped from): the
+            # stored rows stay as they are whatever the VecEnv does to its arrays later
+            first_row = obs_store.append(obs if every_env and fresh_obs else _take_obs(obs, recorded, every_env))
             if action_masks is not None:
                 # the masks are a new array each step (get_action_masks stacks the envs' own; astype copies), read
                 # only: every env's rows are stored as they are, some envs' are taken (a copy)
@@ -975,13 +979,16 @@ class GRPO(OnPolicyAlgorithm):
             self.num_timesteps += len(recorded)
             # Callbacks see the recorded envs only (SB3's names, restricted to those envs); as in SB3, the info buffer
             # reads the same infos and dones as the callback
-            recorded_infos, recorded_dones = [step_infos[i] for i in recorded], step_dones[recorded]
+            if every_env:
+                recorded_infos, recorded_dones = list(step_infos), step_dones.copy()
+            else:
+                recorded_infos, recorded_dones = [step_infos[i] for i in recorded], step_dones[recorded]
             callback.update_locals(
                 {
                     "infos": recorded_infos,
                     "dones": recorded_dones,
-                    "rewards": step_rewards[recorded],
-                    "actions": step_actions[recorded],
+                    "rewards": step_rewards.copy() if every_env else step_rewards[recorded],
+                    "actions": step_actions.copy() if every_env else step_actions[recorded],
                     "new_obs": _take_obs(step_obs, recorded, every_env),
                     "env_indices": recorded,
                     "recorded": np.arange(len(recorded)),
