@@ -650,13 +650,13 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
         rewards = np.zeros(self.num_envs, dtype=self.buf_rews.dtype)
         dones = np.zeros(self.num_envs, dtype=bool)
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        for env_idx in indices:
+        stepped = list(indices)
+        for env_idx in stepped:
             self._step_one(env_idx, actions[env_idx], hold=env_idx in hold)
-            rewards[env_idx], dones[env_idx], infos[env_idx] = (
-                self.buf_rews[env_idx],
-                self.buf_dones[env_idx],
-                self.buf_infos[env_idx],
-            )
+            infos[env_idx] = self.buf_infos[env_idx]
+        # each stepped env's reward and done, copied from the buffers in one take (the same values)
+        rewards[stepped] = self.buf_rews[stepped]
+        dones[stepped] = self.buf_dones[stepped]
         return self._obs_from_buf(), rewards, dones, infos
 
     def reset(self) -> Any:

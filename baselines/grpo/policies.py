@@ -11,6 +11,7 @@ spaces (same semantics as sb3-contrib's ``MaskableActorCriticPolicy``: ``True`` 
 ``Box`` action spaces use a diagonal Gaussian (state-independent log std) and do not accept masks.
 """
 
+import math
 import warnings
 from functools import partial
 from typing import Any
@@ -108,7 +109,7 @@ def sample_masked_categorical(logits: th.Tensor, action_masks: MaybeMasks = None
     drawn = th.div(probs.detach() if probs.requires_grad else probs, q, out=q).argmax(dim=-1, keepdim=True)
     log_prob = log_p.gather(-1, drawn).view(-1)
     # a NaN anywhere in a row of logits makes every value of that row's log_p NaN, the drawn one included
-    if bool(log_prob.sum().isnan()):
+    if math.isnan(log_prob.sum().item()):
         raise RuntimeError(
             "probability tensor contains either `inf`, `nan` or element < 0: the policy's action logits hold NaN or "
             "infinite values (th.multinomial's error, raised here before the draw is used)"
