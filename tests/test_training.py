@@ -303,13 +303,13 @@ def test_grpo_stores_a_fresh_vec_envs_observations_without_a_copy_and_trains_the
 
     def run(name: str) -> tuple[dict, int]:
         takes = {"n": 0}
-        take = grpo_module._take_obs
+        take = grpo_module._take_rows
 
         def counted(obs, indices, every_row=False):
             takes["n"] += 1
             return take(obs, indices, every_row)
 
-        monkeypatch.setattr(grpo_module, "_take_obs", counted)
+        monkeypatch.setattr(grpo_module, "_take_rows", counted)
         cfg = TrainConfig(algo="grpo", env_id="EDO-v0", seed=4, output_dir=str(tmp_path / name), **kwargs)
         model, _ = train(cfg)
         return {k: v.detach().clone() for k, v in model.policy.state_dict().items()}, takes["n"]

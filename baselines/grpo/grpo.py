@@ -949,11 +949,11 @@ class GRPO(OnPolicyAlgorithm):
             recorded = np.arange(n_envs) if every_env else np.flatnonzero(active_list)
             # copies (or a fresh VecEnv's own arrays, which GRPO does not write into either once stepped from): the
             # stored rows stay as they are whatever the VecEnv does to its arrays later
-            first_row = obs_store.append(obs if every_env and fresh_obs else _take_obs(obs, recorded, every_env))
+            first_row = obs_store.append(obs if every_env and fresh_obs else _take_rows(obs, recorded, every_env))
             if action_masks is not None:
                 # the masks are a new array each step (get_action_masks stacks the envs' own; astype copies), read
                 # only: every env's rows are stored as they are, some envs' are taken (a copy)
-                masks = np.asarray(action_masks, dtype=bool) if every_env else np.asarray(action_masks[recorded], dtype=bool)
+                masks = np.asarray(action_masks if every_env else action_masks[recorded], dtype=bool)
                 mask_store.append(masks.reshape(len(recorded), -1))
             with inference:
                 # numpy Dict observations straight to the policy's flat features when it can (same values, same draw)
@@ -979,17 +979,15 @@ class GRPO(OnPolicyAlgorithm):
             self.num_timesteps += len(recorded)
             # Callbacks see the recorded envs only (SB3's names, restricted to those envs); as in SB3, the info buffer
             # reads the same infos and dones as the callback
-            if every_env:
-                recorded_infos, recorded_dones = list(step_infos), step_dones.copy()
-            else:
-                recorded_infos, recorded_dones = [step_infos[i] for i in recorded], step_dones[recorded]
+            recorded_infos = list(step_infos) if every_env else [step_infos[i] for i in recorded]
+            recorded_dones = _take_rows(step_dones, recorded, every_env)
             callback.update_locals(
                 {
                     "infos": recorded_infos,
                     "dones": recorded_dones,
-                    "rewards": step_rewards.copy() if every_env else step_rewards[recorded],
-                    "actions": step_actions.copy() if every_env else step_actions[recorded],
-                    "new_obs": _take_obs(step_obs, recorded, every_env),
+                    "rewards": _take_rows(step_rewards, recorded, every_env),
+                    "actions": _take_rows(step_actions, recorded, every_env),
+                    "new_obs": _take_rows(step_obs, recorded, every_env),
                     "env_indices": recorded,
                     "recorded": np.arange(len(recorded)),
                     "wave_members": [slots[i].member for i in recorded],
@@ -1350,14 +1348,15 @@ def _set_obs(obs: Any, env_idx: int, value: Any) -> None:
         obs[env_idx] = value
 
 
-def _take_obs(obs: Any, indices: np.ndarray, every_row: bool = False) -> Any:
-    """Rows ``indices`` of ``obs`` (an array or a dict of arrays), copied. ``every_row``: ``indices`` is every row in
-    order (``arange``), and whole arrays are copied instead: the same values, ~4x faster than fancy indexing."""
-    if isinstance(obs, dict):
+def _take_rows(values: Any, indices: np.ndarray, every_row: bool = False) -> Any:
+    """Rows ``indices`` of ``values`` (an array, e.g. rewards, or a dict of arrays, e.g. observations), copied.
+    ``every_row``: ``indices`` is every row in order (``arange``), and whole arrays are copied instead: the same
+    values, ~4x faster than fancy indexing."""
+    if isinstance(values, dict):
         if every_row:
-            return {key: value.copy() for key, value in obs.items()}
-        return {key: value[indices] for key, value in obs.items()}
-    return obs.copy() if every_row else obs[indices]
+            return {key: value.copy() for key, value in values.items()}
+        return {key: value[indices] for key, value in values.items()}
+    return values.copy() if every_row else values[indices]
 
 
 __all__ = ["GRPO", "GRPOLossTerms", "Member", "grpo_loss", "ratio_diagnostics"]
