@@ -67,6 +67,37 @@ def test_singles_are_the_vectors_of_texts_embedded_alone(small_env):
     assert all(np.array_equal(embedder.encode([t])[0], alone[i]) for i, t in enumerate(texts[:10]))
 
 
+def test_embedder_runs_its_own_torch_threads_and_leaves_the_process_setting(small_env):
+    """An embedder's forward passes run under its ``torch_threads`` (1 by default), set around each pass: loading or
+    running it leaves the process's own count as it was (before, loading set it to 1, so ``edo train --torch-threads
+    2`` trained with one thread), and its vectors do not depend on that count."""
+    import torch
+
+    from edo_gym.retrieval.embedder import Embedder
+
+    text = small_env.world.canonical_queries()[0]
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        embedder = Embedder("default")
+        assert embedder.torch_threads == 1 and torch.get_num_threads() == 2
+        seen: list[int] = []
+        embedder.model.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+        vector = embedder.encode_one(text)
+        assert seen == [1] and torch.get_num_threads() == 2
+        embedder.torch_threads = None  # the process's count
+        embedder.encode_one(text)
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert np.array_equal(vector, embedder.encode_one(text))  # the vector of a process at one thread
+        assert seen == [1, 2, 1]
+    finally:
+        torch.set_num_threads(previous)
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="torch_threads must be an int >= 1 or None"):
+            Embedder("default", torch_threads=bad)  # type: ignore[arg-type]
+
+
 def test_token_counts_match_the_python_tokenizer(small_env):
     embedder = small_env.service.embedders[0]
     rng = np.random.default_rng(0)

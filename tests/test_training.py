@@ -506,6 +506,29 @@ def test_idle_envs_left_where_they_are_train_the_same_parameters(algo, tmp_path,
     assert resets_some < resets["n"]
 
 
+def test_torch_threads_hold_after_the_envs_load_their_embedder(tmp_path, monkeypatch):
+    """``TrainConfig.torch_threads`` is the count the update runs with, also when the envs load the embedding model
+    after it is set (a fresh retrieval service, as in a new process). Before, the load set it back to 1."""
+    from baselines.grpo.grpo import GRPO
+    from edo_gym.retrieval.store import RetrievalService
+
+    monkeypatch.setattr(RetrievalService, "_registry", {})
+    seen: list[int] = []
+    update = GRPO.train
+
+    def spied_update(self):
+        seen.append(th.get_num_threads())
+        return update(self)
+
+    monkeypatch.setattr(GRPO, "train", spied_update)
+    cfg = TrainConfig(algo="grpo", env_id="EDO-v0", torch_threads=2, output_dir=str(tmp_path), **{**TINY, "eval_episodes": 0})
+    try:
+        train(cfg)
+    finally:
+        th.set_num_threads(1)
+    assert seen and set(seen) == {2}
+
+
 def test_gc_freeze_trains_the_same_parameters_and_unfreezes(tmp_path, monkeypatch):
     """``TrainConfig.gc_freeze``: the collector skips what earlier rollouts left while training, and nothing else
     changes; everything is handed back to the collector afterwards."""

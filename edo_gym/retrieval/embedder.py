@@ -14,8 +14,9 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,23 +130,45 @@ def _dir_fingerprint(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
+@contextmanager
+def scoped_torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block under ``n`` torch intra-op threads, then restore the process's previous count (``None``: leave
+    it as it is). An embedder's vectors do not depend on what the process set for its own work (``edo train
+    --torch-threads``), and that setting is not changed by loading or running an embedder."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if n is None or n == previous:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 class Embedder:
     """A loaded sentence-transformers model: ``encode`` texts to unit vectors, ``count_tokens`` with its tokenizer.
 
     :param model: ``"default"``, a local directory, or a model name in the local Hugging Face cache.
-    :param torch_threads: torch intra-op threads set at load (1 avoids deadlocks in forked workers and is the
-        fastest choice for single-query encoding); ``None`` leaves torch as it is.
+    :param torch_threads: torch intra-op threads for this embedder's forward passes, set around each pass and then
+        restored (:func:`scoped_torch_threads`), so the process's own setting (``edo train --torch-threads``) is left as it
+        is. 1 (default) avoids deadlocks in forked workers and is the fastest choice for single-query encoding;
+        ``None`` runs the passes under the process's setting.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, torch_threads: int | None = 1) -> None:
+        if torch_threads is not None and (
+            isinstance(torch_threads, bool) or not isinstance(torch_threads, int) or torch_threads < 1
+        ):
+            raise ValueError(f"torch_threads must be an int >= 1 or None, got {torch_threads!r}")
         path, self.model_id = resolve_model(model)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-        import torch
         from sentence_transformers import SentenceTransformer
 
-        if torch_threads is not None:
-            torch.set_num_threads(torch_threads)
+        self.torch_threads = torch_threads
         try:  # the per-tensor "Loading weights" bar is noise in env start-up and in every subprocess worker
             from transformers.utils import logging as hf_logging
 
@@ -219,9 +242,10 @@ class Embedder:
         return outputs
 
     def _st_encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        vectors = self.model.encode(
-            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
+        with scoped_torch_threads(self.torch_threads):
+            vectors = self.model.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def _exact_chunking(self) -> bool:
@@ -299,17 +323,14 @@ class Embedder:
         jobs = sorted(jobs, key=lambda j: -j.tokens)  # longest first: threads finish together
         try:
             if n_threads > 1:
-                previous = torch.get_num_threads()
-                torch.set_num_threads(1)  # one torch thread per Python thread (same results: measured bit-identical)
-                try:
-                    with ThreadPoolExecutor(n_threads, thread_name_prefix="edo-embed") as pool:
-                        for future in [pool.submit(run, job) for job in jobs]:
-                            future.result()
-                finally:
-                    torch.set_num_threads(previous)
+                # one torch thread per Python thread (same results: measured bit-identical)
+                with scoped_torch_threads(1), ThreadPoolExecutor(n_threads, thread_name_prefix="edo-embed") as pool:
+                    for future in [pool.submit(run, job) for job in jobs]:
+                        future.result()
             else:
-                for job in jobs:
-                    run(job)
+                with scoped_torch_threads(self.torch_threads):
+                    for job in jobs:
+                        run(job)
         finally:
             if bar is not None:
                 bar.close()
