@@ -57,7 +57,8 @@ TRAIN_ARGS ?=
 train: $(BUILT)  ## train GRPO on EDO-v0 (300k steps), save runs/grpo_EDO-v0_0.zip, print the held-out table
 	$(BIN)/edo train --algo grpo --env EDO-v0 --timesteps 300000 --seed 0 --n-envs 16 --net-arch 128,128 \
 		--learning-rate 5e-4 --ent-coef 0.01 --group-size 8 --groups-per-rollout 16 --batch-size 512 --n-epochs 4 \
-		--scale-rewards none --loss-type bnpo --output-dir runs --tensorboard-dir runs/tb --eval-episodes 200 $(TRAIN_ARGS)
+		--scale-rewards none --loss-type bnpo --update-threads 2 --output-dir runs --tensorboard-dir runs/tb \
+		--eval-episodes 200 $(TRAIN_ARGS)
 
 # pytest exits 5 when it collects nothing: a broken suite, reported as a failure with a clear message.
 test: $(BUILT)  ## the fast test suite (slow tests deselected)

@@ -59,6 +59,7 @@ from baselines.grpo.callbacks import FreezeGCCallback, RecordedStepsProgressBar 
 from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
 from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
 from baselines.sharded_vec_env import ShardedVecEnv  # noqa: E402
+from edo_gym.retrieval.embedder import scoped_torch_threads  # noqa: E402
 
 #: Algorithms ``train`` knows, by name.
 ALGOS: tuple[str, ...] = ("grpo", "gigpo", "ppo", "maskable_ppo")
@@ -175,6 +176,11 @@ class TrainConfig:
     vec_workers: int | None = None
     #: torch intra-op threads (``None`` leaves torch's default).
     torch_threads: int | None = 1
+    #: torch intra-op threads during each update (the algorithm's ``train()``), set when it starts and restored when
+    #: it ends, so the rollout keeps ``torch_threads`` (``None``: ``torch_threads`` throughout). ``make train`` uses 2:
+    #: the update's matrix products then run on both cores of a 2-core machine. Results differ from one thread's by
+    #: float rounding (torch does not promise the same bits across thread counts); with the same value, runs repeat.
+    update_threads: int | None = None
     device: str = "cpu"
     #: Extra keyword arguments for ``gym.make`` of the training env (and of the evaluation env).
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -285,6 +291,10 @@ class TrainConfig:
         need(
             self.torch_threads is None or (is_int(self.torch_threads) and self.torch_threads >= 1),
             f"torch_threads must be an int >= 1 or None, got {self.torch_threads!r}",
+        )
+        need(
+            self.update_threads is None or (is_int(self.update_threads) and self.update_threads >= 1),
+            f"update_threads must be an int >= 1 or None, got {self.update_threads!r}",
         )
         need(isinstance(self.env_kwargs, dict), f"env_kwargs must be a dict, got {type(self.env_kwargs).__name__}")
 
@@ -498,6 +508,31 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
                     delattr(obj, name)
             else:  # an instance's own attribute (e.g. ShardedVecEnv's step_some) is put back
                 setattr(obj, name, before)
+
+
+@contextlib.contextmanager
+def threads_in_update(model: BaseAlgorithm, threads: int | None) -> Iterator[None]:
+    """Run each of ``model``'s updates (``model.train()``) under ``threads`` torch intra-op threads, restoring the count
+    it found after each (``None``: change nothing). Wraps ``train`` on this instance only, until the block ends."""
+    if threads is None:
+        yield
+        return
+    before = vars(model).get("train", _ABSENT)
+    update = model.train
+
+    @functools.wraps(update)
+    def train_with_threads(*args: Any, **kwargs: Any) -> Any:
+        with scoped_torch_threads(threads):
+            return update(*args, **kwargs)
+
+    model.train = train_with_threads  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if before is _ABSENT:
+            del model.train
+        else:
+            model.train = before  # type: ignore[method-assign]
 
 
 @dataclass
@@ -830,7 +865,7 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
         if cfg.gc_freeze:
             callbacks.append(FreezeGCCallback())
         try:
-            with timed_learning(model, env) as times:
+            with timed_learning(model, env) as times, threads_in_update(model, cfg.update_threads):
                 model.learn(
                     total_timesteps=cfg.total_timesteps,
                     callback=CallbackList(callbacks) if callbacks else None,

@@ -259,6 +259,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             vec_env=args.vec_env,
             vec_workers=args.vec_workers,
             torch_threads=args.torch_threads,
+            update_threads=args.update_threads,
             gc_freeze=not args.no_gc_freeze,
             verbose=args.verbose,
             env_kwargs=_retrieval_kwargs(args),
@@ -505,6 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--torch-threads", type=_count, default=d.torch_threads,
                     help="torch intra-op threads of the training process (torch does not promise bit-identical results "
                          "across thread counts)" + dft)  # fmt: skip
+    tr.add_argument("--update-threads", type=_count, default=d.update_threads,
+                    help="torch intra-op threads during each update, restored for the rollout (default: "
+                         "--torch-threads throughout; make train uses 2; results differ by float rounding)")  # fmt: skip
     tr.add_argument("--no-progress", action="store_true", help="no progress bars")
     tr.add_argument("--no-gc-freeze", action="store_true",
                     help="do not gc.freeze() at each rollout start (the same results; for timing comparisons)")  # fmt: skip

@@ -81,6 +81,9 @@ def test_default_config_is_valid_grpo_on_edo():
         ({"eval_episodes": -1}, "eval_episodes"),
         ({"vec_env": "ray"}, "vec_env"),
         ({"torch_threads": 0}, "torch_threads"),
+        ({"update_threads": 0}, "update_threads"),
+        ({"update_threads": 1.5}, "update_threads"),
+        ({"update_threads": True}, "update_threads"),
         ({"env_kwargs": None}, "env_kwargs"),
         ({"output_dir": ""}, "output_dir"),
     ],
@@ -527,6 +530,41 @@ def test_torch_threads_hold_after_the_envs_load_their_embedder(tmp_path, monkeyp
     finally:
         th.set_num_threads(1)
     assert seen and set(seen) == {2}
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_update_threads_apply_to_the_update_only(algo, tmp_path, monkeypatch):
+    """``TrainConfig.update_threads``: each update runs with that many torch threads, the rollouts with
+    ``torch_threads``; afterwards the count is ``torch_threads`` again and the model has no patched ``train`` left
+    (it is saved and loaded as without the option)."""
+    from stable_baselines3 import PPO
+
+    from baselines.grpo.grpo import GRPO
+
+    cls = {"grpo": GRPO, "ppo": PPO}[algo]
+    seen: dict[str, list[int]] = {"update": [], "rollout": []}
+    update, collect = cls.train, cls.collect_rollouts
+
+    def spied_update(self):
+        seen["update"].append(th.get_num_threads())
+        return update(self)
+
+    def spied_collect(self, *args, **kwargs):
+        seen["rollout"].append(th.get_num_threads())
+        return collect(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "train", spied_update)
+    monkeypatch.setattr(cls, "collect_rollouts", spied_collect)
+    cfg = TrainConfig(algo=algo, env_id="EDO-v0", update_threads=2, output_dir=str(tmp_path), **{**TINY, "eval_episodes": 0})
+    try:
+        model, _ = train(cfg)
+        assert th.get_num_threads() == 1
+    finally:
+        th.set_num_threads(1)
+    assert seen["update"] and set(seen["update"]) == {2}
+    assert seen["rollout"] and set(seen["rollout"]) == {1}
+    assert "train" not in vars(model)
+    assert load_model(str(cfg.model_path), algo).num_timesteps == model.num_timesteps
 
 
 def test_gc_freeze_trains_the_same_parameters_and_unfreezes(tmp_path, monkeypatch):
