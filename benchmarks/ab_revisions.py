@@ -10,7 +10,9 @@ without the copy, later runs would find more). Both arms run the same hot path: 
 built in its worktree first, and both arms then run with ``EDO_GYM_COMPILED=on``; otherwise both run pure Python
 (``off``). (Until stop 35 the base arm silently ran pure Python against a compiled head.) Reported: each pair's
 training steps/s and time breakdown, the head / base ratio of training wall time per pair and its median, and whether
-the two arms saved the same policy parameters (an exact speed change trains the same policy, tensor for tensor).
+the two arms saved the same policy parameters (an exact speed change trains the same policy, tensor for tensor). Both
+arms get the same arguments: an option of ``make train``'s that the base's ``edo train`` lacks (``--update-threads``,
+added in stop 36) is left out of both, and the results say so.
 
 Usage: ``python benchmarks/ab_revisions.py --base REV [--repeats 3] [--timesteps 300000] [--no-reachable]``.
 Results: ``benchmarks/results/ab_revisions.{json,md}`` (or ``--out-dir``).
@@ -22,6 +24,7 @@ import argparse
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -79,11 +82,40 @@ def match_hot_paths(worktree: Path, cache_dir: Path) -> dict[str, str]:
     return {"mode": "on" if head == base == "compiled" else "off", "base": base, "head": head}
 
 
+def shared_train_args(base_dir: Path, cache_dir: Path) -> tuple[list[str], list[str]]:
+    """``make train``'s arguments that the base's ``edo train`` knows, for both arms, and the options left out (an
+    option added after the base, such as ``--update-threads`` in stop 36; its value goes with it)."""
+    proc = subprocess.run([sys.executable, "-m", "edo_gym.cli", "train", "--help"], cwd=base_dir,
+                          env=_arm_env(cache_dir, base_dir), capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"edo train --help in {base_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    known = set(re.findall(r"--[A-Za-z0-9][A-Za-z0-9-]*", proc.stdout))  # "[--seed SEED]", "--seed SEED", ...
+    kept: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(TRAIN_ARGS):
+        option = TRAIN_ARGS[i]
+        has_value = i + 1 < len(TRAIN_ARGS) and not TRAIN_ARGS[i + 1].startswith("--")
+        span = TRAIN_ARGS[i : i + 1 + has_value]
+        (kept if option in known else dropped).extend(span)
+        i += len(span)
+    return kept, dropped
+
+
 def train_once(
-    code_dir: Path, cache_dir: Path, out_dir: Path, timesteps: int, hot_path_mode: str | None = None
+    code_dir: Path,
+    cache_dir: Path,
+    out_dir: Path,
+    timesteps: int,
+    hot_path_mode: str | None = None,
+    train_args: list[str] | None = None,
 ) -> dict[str, Any]:
-    """One fresh ``edo train`` process running the code in ``code_dir``: its rate, time breakdown and parameters."""
-    args = ["-m", "edo_gym.cli", "train", *TRAIN_ARGS, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
+    """One fresh ``edo train`` process running the code in ``code_dir``: its rate, time breakdown and parameters.
+
+    :param train_args: ``edo train``'s arguments (default: ``make train``'s, :data:`TRAIN_ARGS`)
+    """
+    train_args = TRAIN_ARGS if train_args is None else train_args
+    args = ["-m", "edo_gym.cli", "train", *train_args, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
     proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_arm_env(cache_dir, code_dir, hot_path_mode),
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
@@ -142,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             hot = match_hot_paths(worktree, Path(tmp) / "hot_path_cache")
             print(f"  both arms run {'compiled' if hot['mode'] == 'on' else 'pure Python'} (EDO_GYM_COMPILED="
                   f"{hot['mode']}; base {hot['base']}, head {hot['head']})", flush=True)  # fmt: skip
+            train_args, dropped = shared_train_args(worktree, Path(tmp) / "hot_path_cache")
+            if dropped:
+                print(f"  the base's edo train lacks {' '.join(dropped)}: both arms run without it", flush=True)
             for arm in ("base", "head"):
                 print(f"preparing the {arm} arm's cache (as make prepare) ...", flush=True)
                 subprocess.run([sys.executable, "-c", _COMPLETE, "0" if args.no_reachable else "1"], cwd=code[arm],
@@ -151,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 for arm in ("base", "head"):
                     cache = Path(tmp) / f"cache_{arm}_{r}"
                     shutil.copytree(Path(tmp) / f"cache_{arm}", cache)
-                    run = train_once(code[arm], cache, Path(tmp) / f"{arm}{r}", args.timesteps, hot["mode"])
+                    run = train_once(code[arm], cache, Path(tmp) / f"{arm}{r}", args.timesteps, hot["mode"], train_args)
                     shutil.rmtree(cache)
                     runs[arm].append(run)
                     print(f"  pair {r + 1} {arm}: {run['train_wall_s']:.1f} s, {run['steps_per_s']:,.0f} steps/s", flush=True)
@@ -164,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     pair_ratios = [h["train_wall_s"] / b["train_wall_s"] for b, h in zip(runs["base"], runs["head"], strict=True)]
     med = {arm: {key: float(np.median([run["time_breakdown"][key] for run in runs[arm]])) for key in PARTS} for arm in runs}
     payload = {
-        "settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS},
+        "settings": vars(args)
+        | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": train_args, "dropped_train_args": dropped},
         "base_revision": base,
         "head_revision": head,
         "hot_path": hot,
@@ -175,11 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         "same_parameters": same,
     }
     command = " ".join(["python", "benchmarks/ab_revisions.py", *(argv if argv is not None else sys.argv[1:])])
+    less = f" (less `{' '.join(dropped)}`, which the base's `edo train` lacks)" if dropped else ""
     lines = [
         "# make train's training time: an earlier revision (base) against this one (head), alternated",
         "",
         f"{machine_line()}. Command: `{command}`. Base {base[:12]}, head {_short(head)}. Fresh `edo train` processes with "
-        f"`make train`'s arguments and `--eval-episodes 0`, {args.timesteps:,} steps, alternated base / head, "
+        f"`make train`'s arguments{less} and `--eval-episodes 0`, {args.timesteps:,} steps, alternated base / head, "
         f"{args.repeats} pairs; each arm on a cache prepared by its own code. Hot path: "
         f"{'compiled in both arms' if hot['mode'] == 'on' else 'pure Python in both arms'} (`EDO_GYM_COMPILED={hot['mode']}`; "
         f"built: base {hot['base']}, head {hot['head']}).",

@@ -823,6 +823,20 @@ def test_train_call_costs_tiny_run(tmp_path):
     assert "Command: `python benchmarks/train_call_costs.py --timesteps 600" in (tmp_path / "train_call_costs.md").read_text()
 
 
+def test_ab_revisions_leaves_out_options_the_base_lacks(tmp_path, monkeypatch):
+    """Both arms get the same arguments: make train's, less any option the base's ``edo train --help`` does not list
+    (with its value); a flag without a value is kept or dropped alone."""
+    import benchmarks.ab_revisions as ab
+
+    help_text = "usage: edo train [-h] [--algo {grpo,ppo}] [--seed SEED]\n  -h, --help  show this help\n  --no-progress\n"
+    monkeypatch.setattr(ab, "TRAIN_ARGS", ["--algo", "grpo", "--update-threads", "2", "--seed", "0", "--no-progress"])
+    monkeypatch.setattr(ab.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=help_text, stderr=""))
+    kept, dropped = ab.shared_train_args(tmp_path, tmp_path)
+    assert kept == ["--algo", "grpo", "--seed", "0", "--no-progress"] and dropped == ["--update-threads", "2"]
+    monkeypatch.setattr(ab, "TRAIN_ARGS", ["--algo", "grpo", "--seed", "0"])
+    assert ab.shared_train_args(tmp_path, tmp_path) == (["--algo", "grpo", "--seed", "0"], [])
+
+
 @pytest.mark.slow
 def test_ab_revisions_tiny_run(tmp_path):
     """One (base, head) pair with base = HEAD: the same code on both sides trains the same parameters, on the same
