@@ -668,6 +668,9 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
         ("ab_encoders", ["--rounds", "0"], "--rounds must be >= 1"),
         ("ab_encoders", ["--steps", "0"], "--steps must be >= 1"),
         ("ab_encoders", ["--warmup", "-1"], "--warmup must be >= 0"),
+        ("make_train_seeds", ["--seeds", "-1"], "--seeds must be >= 0"),
+        ("make_train_seeds", ["--update-threads", "0"], "--update-threads must be >= 1"),
+        ("make_train_seeds", ["--timesteps", "0"], "--timesteps must be >= 1"),
         ("train_call_costs", ["--timesteps", "0"], "--timesteps must be >= 1"),
         ("train_call_costs", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("train_call_costs", ["--cache", "mine"], "invalid choice: 'mine'"),
@@ -821,6 +824,38 @@ def test_train_call_costs_tiny_run(tmp_path):
     assert set(data["forward_us"]["tight"]) == {"observations to tensors", "features", "MLP", "sampling"}
     assert all(v > 0 for v in data["forward_us"]["alternated"].values())
     assert "Command: `python benchmarks/train_call_costs.py --timesteps 600" in (tmp_path / "train_call_costs.md").read_text()
+
+
+def test_make_train_seeds_tabulates_every_run_and_skips_finished_ones(tmp_path, monkeypatch):
+    """The table reads every run summary in the directory (seed, thread count, GRPO's row); a run whose summary is
+    there is not trained again, the others are, each once."""
+    import benchmarks.make_train_seeds as mts
+
+    def summary(seed: int, threads: int, success: float) -> dict:
+        grpo = {"policy": "grpo", "success_rate": success, "success_ci95": [success - 0.05, success + 0.05],
+                "mean_return": 0.5, "tokens": 700.0}  # fmt: skip
+        static = {"policy": "static_pipeline", "success_rate": 0.57}
+        return {"config": {"seed": seed, "update_threads": threads}, "results": [static, grpo], "num_timesteps": 300_000,
+                "train_wall_s": 31.0}  # fmt: skip
+
+    (tmp_path / "seed0_update_threads1.json").write_text(json.dumps(summary(0, 1, 0.6)))
+    trained = []
+
+    def fake_train_run(seed, threads, timesteps, out_dir):
+        trained.append((seed, threads, timesteps))
+        path = out_dir / f"{mts.run_name(seed, threads)}.json"
+        path.write_text(json.dumps(summary(seed, threads, 0.4 + 0.1 * seed)))
+        return path
+
+    monkeypatch.setattr(mts, "train_run", fake_train_run)
+    assert mts.main(["--seeds", "0", "1", "--update-threads", "1", "--timesteps", "500", "--out-dir", str(tmp_path)]) == 0
+    assert trained == [(1, 1, 500)]
+    md = (tmp_path / "make_train_seeds.md").read_text()
+    assert "| 0 | 1 | 0.600 (0.55-0.65) |" in md and "| 1 | 1 | 0.500 (0.45-0.55) |" in md
+    assert "| 1 | 2 | 0.550 | 0.550 | 0.500-0.600 |" in md and "static pipeline's success on the same tasks: 0.570" in md
+    (tmp_path / "seed5_update_threads1.json").write_text(json.dumps({**summary(5, 1, 0.5), "results": []}))
+    with pytest.raises(SystemExit, match="has no grpo row"):
+        mts.load_runs(tmp_path)
 
 
 def test_ab_revisions_leaves_out_options_the_base_lacks(tmp_path, monkeypatch):

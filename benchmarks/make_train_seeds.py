@@ -1,0 +1,140 @@
+"""``make train``'s held-out table across seeds and update-thread counts: how far one table is from another draw.
+
+Each run is a fresh ``edo train`` process with ``make train``'s arguments (:data:`TRAIN_ARGS`: the Makefile's, with
+its 200-episode evaluation) and one ``--seed`` and ``--update-threads``. Its own summary (config, time breakdown,
+the table) is kept as ``seed<s>_update_threads<n>.json`` in the output directory; a run whose file is there is not
+run again, so an interrupted sweep resumes where it stopped. Then ``make_train_seeds.md`` tabulates every summary in
+the directory: GRPO's held-out success per run, and per update-thread count its median, mean and range over seeds.
+
+Usage::
+
+    python benchmarks/make_train_seeds.py                          # seeds 0-3, update threads 1 and 2 (~5 min)
+    python benchmarks/make_train_seeds.py --seeds 0 1 --update-threads 2 --timesteps 30000
+
+Results: ``benchmarks/results/make_train_seeds/`` (or ``--out-dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.bench_lib import REPO  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_line, write_json_atomic, write_text_atomic  # noqa: E402
+
+#: ``make train``'s arguments less ``--seed``, ``--update-threads`` and the output directories (Makefile, ``train``).
+TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--n-envs", "16", "--net-arch", "128,128",
+              "--learning-rate", "5e-4", "--ent-coef", "0.01", "--group-size", "8", "--groups-per-rollout", "16",
+              "--batch-size", "512", "--n-epochs", "4", "--scale-rewards", "none", "--loss-type", "bnpo",
+              "--eval-episodes", "200", "--no-progress"]  # fmt: skip
+
+
+def run_name(seed: int, update_threads: int) -> str:
+    return f"seed{seed}_update_threads{update_threads}"
+
+
+def train_run(seed: int, update_threads: int, timesteps: int, out_dir: Path) -> Path:
+    """One ``edo train`` process; its summary is moved into ``out_dir`` only once complete (nothing partial)."""
+    path = out_dir / f"{run_name(seed, update_threads)}.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [*TRAIN_ARGS, "--timesteps", str(timesteps), "--seed", str(seed), "--update-threads", str(update_threads),
+                "--output-dir", tmp]  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "edo_gym.cli", "train", *args], cwd=REPO, capture_output=True,
+                              text=True)  # fmt: skip
+        if proc.returncode != 0:
+            raise SystemExit(f"edo train (seed {seed}, update threads {update_threads}) failed ({proc.returncode}):\n"
+                             f"{proc.stderr[-3000:]}")  # fmt: skip
+        (summary,) = Path(tmp).glob("*.json")
+        data = json.loads(summary.read_text())
+        data["command"] = " ".join(["edo", "train", *args[:-2], "--output-dir", "<temporary>"])
+        data["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_json_atomic(path, data)
+    return path
+
+
+def load_runs(out_dir: Path) -> list[dict[str, Any]]:
+    """Every ``seed*_update_threads*.json`` in ``out_dir``, with its seed, thread count and GRPO / static rows."""
+    runs = []
+    for path in sorted(out_dir.glob("seed*_update_threads*.json")):
+        data = json.loads(path.read_text())
+        rows = {row["policy"]: row for row in data["results"]}
+        if "grpo" not in rows:
+            raise SystemExit(f"{path} has no grpo row in its results (an evaluation with 0 episodes?)")
+        config = data["config"]
+        runs.append({"file": path.name, "seed": config["seed"], "update_threads": config.get("update_threads") or 1,
+                     "grpo": rows["grpo"], "static": rows.get("static_pipeline"), "steps": data["num_timesteps"],
+                     "train_wall_s": data["train_wall_s"], "date_utc": data.get("date_utc", "?")})  # fmt: skip
+    return sorted(runs, key=lambda r: (r["seed"], r["update_threads"]))
+
+
+def markdown(runs: list[dict[str, Any]], command: str) -> str:
+    lines = [
+        "# `make train` across seeds and update-thread counts",
+        "",
+        f"{machine_line()}. Command: `{command}`. Each run: `edo train` with `make train`'s arguments, its seed and "
+        "`--update-threads` (the command and the date are in its `.json`; runs from "
+        f"{min(r['date_utc'] for r in runs)} to {max(r['date_utc'] for r in runs)}), evaluated on the same 200 held-out "
+        "tasks (eval seed 0).",
+        "",
+        "| seed | update threads | GRPO success (95% CI) | mean return | tokens/ep | env steps | training s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        g = r["grpo"]
+        lines.append(f"| {r['seed']} | {r['update_threads']} | {g['success_rate']:.3f} ({g['success_ci95'][0]:.2f}-"
+                     f"{g['success_ci95'][1]:.2f}) | {g['mean_return']:+.3f} | {g['tokens']:.0f} | {r['steps']:,} | "
+                     f"{r['train_wall_s']:.1f} |")  # fmt: skip
+    lines += ["", "| update threads | runs | median GRPO success | mean | range |", "|---|---|---|---|---|"]
+    for n in sorted({r["update_threads"] for r in runs}):
+        values = [r["grpo"]["success_rate"] for r in runs if r["update_threads"] == n]
+        lines.append(f"| {n} | {len(values)} | {statistics.median(values):.3f} | {statistics.mean(values):.3f} | "
+                     f"{min(values):.3f}-{max(values):.3f} |")  # fmt: skip
+    static = {r["static"]["success_rate"] for r in runs if r["static"]}
+    if static:
+        lines += ["", f"The static pipeline's success on the same tasks: {', '.join(f'{v:.3f}' for v in sorted(static))}."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--update-threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--timesteps", type=int, default=300_000, help="training steps per run (make train: 300k)")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR / "make_train_seeds")
+    args = parser.parse_args(argv)
+    if any(s < 0 for s in args.seeds):
+        parser.error(f"--seeds must be >= 0, got {args.seeds}")
+    if any(n < 1 for n in args.update_threads):
+        parser.error(f"--update-threads must be >= 1, got {args.update_threads}")
+    if args.timesteps < 1:
+        parser.error(f"--timesteps must be >= 1, got {args.timesteps}")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    todo = [(s, n) for s in args.seeds for n in args.update_threads]
+    for k, (seed, n) in enumerate(todo, 1):
+        path = args.out_dir / f"{run_name(seed, n)}.json"
+        if path.is_file():
+            print(f"[{k}/{len(todo)}] seed {seed}, update threads {n}: done before ({path.name})", flush=True)
+            continue
+        print(f"[{k}/{len(todo)}] seed {seed}, update threads {n}: edo train ({args.timesteps:,} steps) ...", flush=True)
+        train_run(seed, n, args.timesteps, args.out_dir)
+    runs = load_runs(args.out_dir)
+    md = markdown(runs, " ".join(["python", "benchmarks/make_train_seeds.py", *(argv if argv is not None else sys.argv[1:])]))
+    write_text_atomic(args.out_dir / "make_train_seeds.md", md)
+    print(md)
+    print(f"wrote {args.out_dir / 'make_train_seeds.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
