@@ -41,7 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.bench_lib import REPO  # noqa: E402
 from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
-from benchmarks.train_throughput import _COMPLETE, PARTS, TRAIN_ARGS, _env  # noqa: E402
+from benchmarks.train_throughput import _COMPLETE, PARTS, TRAIN_ARGS, _env, option_spans, without_options  # noqa: E402
 
 
 def resolve_revision(rev: str) -> str:
@@ -90,16 +90,9 @@ def shared_train_args(base_dir: Path, cache_dir: Path) -> tuple[list[str], list[
     if proc.returncode != 0:
         raise SystemExit(f"edo train --help in {base_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     known = set(re.findall(r"--[A-Za-z0-9][A-Za-z0-9-]*", proc.stdout))  # "[--seed SEED]", "--seed SEED", ...
-    kept: list[str] = []
-    dropped: list[str] = []
-    i = 0
-    while i < len(TRAIN_ARGS):
-        option = TRAIN_ARGS[i]
-        has_value = i + 1 < len(TRAIN_ARGS) and not TRAIN_ARGS[i + 1].startswith("--")
-        span = TRAIN_ARGS[i : i + 1 + has_value]
-        (kept if option in known else dropped).extend(span)
-        i += len(span)
-    return kept, dropped
+    lacking = {span[0] for span in option_spans(TRAIN_ARGS)} - known
+    dropped = [arg for span in option_spans(TRAIN_ARGS) if span[0] in lacking for arg in span]
+    return without_options(TRAIN_ARGS, lacking), dropped
 
 
 def train_once(

@@ -32,12 +32,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.bench_lib import REPO  # noqa: E402
 from benchmarks.common import RESULTS_DIR, machine_line, write_json_atomic, write_text_atomic  # noqa: E402
+from benchmarks.train_throughput import TRAIN_ARGS as MAKE_TRAIN_ARGS  # noqa: E402
+from benchmarks.train_throughput import without_options  # noqa: E402
 
-#: ``make train``'s arguments less ``--seed``, ``--update-threads`` and the output directories (Makefile, ``train``).
-TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--n-envs", "16", "--net-arch", "128,128",
-              "--learning-rate", "5e-4", "--ent-coef", "0.01", "--group-size", "8", "--groups-per-rollout", "16",
-              "--batch-size", "512", "--n-epochs", "4", "--scale-rewards", "none", "--loss-type", "bnpo",
-              "--eval-episodes", "200", "--no-progress"]  # fmt: skip
+#: ``make train``'s arguments (train_throughput's copy of the Makefile's) less those each run sets: the seed, the update
+#: threads and the evaluation (here ``make train``'s own 200 episodes)
+TRAIN_ARGS = [*without_options(MAKE_TRAIN_ARGS, {"--seed", "--update-threads", "--eval-episodes"}), "--eval-episodes", "200"]
 
 
 def run_name(seed: int, update_threads: int) -> str:

@@ -60,6 +60,23 @@ TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "1
               "--batch-size", "512", "--n-epochs", "4", "--scale-rewards", "none", "--loss-type", "bnpo",
               "--update-threads", "2", "--eval-episodes", "0", "--no-progress"]  # fmt: skip
 
+
+def option_spans(args: list[str]) -> list[list[str]]:
+    """``args`` (``--option [value]`` items, as :data:`TRAIN_ARGS`) cut into one list per option, its value with it."""
+    spans: list[list[str]] = []
+    for arg in args:
+        if arg.startswith("--") or not spans:
+            spans.append([arg])
+        else:
+            spans[-1].append(arg)
+    return spans
+
+
+def without_options(args: list[str], options: set[str]) -> list[str]:
+    """``args`` less the named options and their values."""
+    return [arg for span in option_spans(args) if span[0] not in options for arg in span]
+
+
 _COMPLETE = """
 import json, sys, gymnasium as gym, edo_gym
 env = gym.make("EDO-v0", **(json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})); env.reset(seed=0)

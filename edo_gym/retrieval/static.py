@@ -33,7 +33,13 @@ from typing import Any
 import numpy as np
 
 from edo_gym.retrieval.cache import CacheWarning
-from edo_gym.retrieval.embedder import _INSTALL_HINT, EmbeddingModelNotFoundError, count_with, resolve_model
+from edo_gym.retrieval.embedder import (
+    _INSTALL_HINT,
+    EmbeddingModelNotFoundError,
+    count_with,
+    resolve_model,
+    scoped_torch_threads,
+)
 
 #: Dimensions the distilled token vectors are reduced to (model2vec's default).
 PCA_DIMS = 256
@@ -77,7 +83,7 @@ def distill_static_model(base_path: str, target: Path) -> None:
     half-written model behind.
     """
     try:
-        import torch
+        import torch  # noqa: F401  (model2vec's distillation needs it: say so here, before any work)
         from model2vec.distill import distill
     except ImportError as exc:
         raise StaticModelUnavailableError(
@@ -86,17 +92,15 @@ def distill_static_model(base_path: str, target: Path) -> None:
         ) from exc
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    previous = torch.get_num_threads()
     try:
-        torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-        print(f"EDO-Gym: distilling a static (model2vec) embedder from {base_path}; cached in {target}", flush=True)
-        model = distill(base_path, pca_dims=PCA_DIMS, quantize_to="float32")
-        model.save_pretrained(str(tmp))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        with scoped_torch_threads(max(1, min(4, os.cpu_count() or 1))):
+            print(f"EDO-Gym: distilling a static (model2vec) embedder from {base_path}; cached in {target}", flush=True)
+            model = distill(base_path, pca_dims=PCA_DIMS, quantize_to="float32")
+            model.save_pretrained(str(tmp))
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
     finally:
-        torch.set_num_threads(previous)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
