@@ -10,7 +10,7 @@ caches. Each repeat then runs
    that floor's ratio to CartPole (``rest_over_cartpole``): what the env would reach if no query text were new;
 2. ``--steps`` more with a timer around each part of the env, set on this env's instances only: the env's ``reset`` and
    ``step``, and inside them the planner call with its parsing (``_make_plan``: at reset and on a replan), dispatches,
-   verifications, observations and anchor keys; the workers' searches (with the query forward passes of the embedder,
+   verifications and observations; the workers' searches (with the query forward passes of the embedder,
    and the index queries counted); the model calls (the simulated model itself, then the pricing around it).
 
 The env runs on a fresh temporary cache directory prepared as ``edo prepare`` leaves it (``--cache prepared``, the
@@ -57,7 +57,6 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("verify", "verification by a worker", "`step`"),
     ("make_plan", "planner call and plan parsing (`_make_plan`)", "`reset`, replan steps"),
     ("observation", "observation (`_observation`)", "`step`, `reset`"),
-    ("anchor_key", "anchor key (`_anchor_key`)", "`step`, `reset`"),
     ("search", "worker searches (memo, disk cache, index)", "dispatch, verification"),
     ("forward", "query forward passes of the embedder", "searches"),
     ("call", "model calls: the simulated model plus pricing (`AgentCaller.call`)", "dispatch, verification, planner"),
@@ -81,7 +80,7 @@ class PartTimers:
         if forward_only:
             return
         for name, key in (("reset", "reset"), ("step", "step"), ("_dispatch", "dispatch"), ("_verify", "verify"),
-                          ("_make_plan", "make_plan"), ("_observation", "observation"), ("_anchor_key", "anchor_key")):  # fmt: skip
+                          ("_make_plan", "make_plan"), ("_observation", "observation")):  # fmt: skip
             self._wrap(u, name, key)
         for worker in u.workers:
             self._wrap(worker, "search", "search")

@@ -22,7 +22,7 @@ from edo_gym.config import (  # noqa: E402
 from edo_gym.envs.edo_env import EDOEnv  # noqa: E402
 from edo_gym.registration import VARIANTS, register_edo_envs  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 register_edo_envs()
 

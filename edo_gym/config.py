@@ -396,9 +396,9 @@ class RewardConfig:
     """Reward = terminal task score minus collaboration cost charged per step.
 
     The score of a correct final answer is ``success_reward * (1 + hop_bonus * (hops - 1))``, so that long tasks,
-    whose collaboration costs grow with their length, stay worth doing. A written reply is correct when its
-    token F1 against the gold reply is at least ``write_f1_threshold``; with ``partial_credit > 0`` a reply
-    below the threshold scores ``partial_credit * F1`` of the full score. Costs: ``token_weight`` per 1,000 tokens
+    whose collaboration costs grow with their length, stay worth doing. An answer is correct when it states the key
+    value the task asks for (:func:`edo_gym.world.grading.grade_final`: a reply's refund window, a name, a year, an
+    amount); phrasing is forgiven, the fact is not, and a wrong answer scores 0. Costs: ``token_weight`` per 1,000 tokens
     times the price of the worker that used them, ``call_weight`` per LLM call, ``latency_weight`` per simulated
     second. ``info["reward_terms"]`` carries the breakdown and sums to the reward.
     """
@@ -406,10 +406,6 @@ class RewardConfig:
     success_reward: float = 1.0
     #: Extra score per hop beyond the first, as a fraction of ``success_reward``.
     hop_bonus: float = 0.5
-    #: Score fraction for a written reply below the F1 threshold (times its F1); 0 = all or nothing.
-    partial_credit: float = 0.0
-    #: Token F1 a written reply needs to count as correct.
-    write_f1_threshold: float = 0.8
     #: Weight per 1,000 tokens at price 1.0 (a worker's ``price`` multiplies it).
     token_weight: float = 0.05
     #: Weight per LLM call (worker, verifier, planner, router).
@@ -423,8 +419,6 @@ class RewardConfig:
         owner = "RewardConfig"
         _check_float(owner, "success_reward", self.success_reward, 0.0, 1000.0, low_open=True)
         _check_float(owner, "hop_bonus", self.hop_bonus, 0.0, 100.0)
-        _check_float(owner, "partial_credit", self.partial_credit, 0.0, 1.0)
-        _check_float(owner, "write_f1_threshold", self.write_f1_threshold, 0.0, 1.0, low_open=True)
         _check_float(owner, "token_weight", self.token_weight, 0.0, 100.0)
         _check_float(owner, "call_weight", self.call_weight, 0.0, 100.0)
         _check_float(owner, "latency_weight", self.latency_weight, 0.0, 100.0)

@@ -142,3 +142,87 @@ def leak_aucs(rows: dict[str, list], seed: int = 0) -> dict[str, dict[str, float
         scores = model.predict_proba(x[test])[:, 1]
         out[target] = {"auc": roc_auc(scores, y[test]), "n": float(ok.sum()), "positive_rate": float(y[ok].mean())}
     return out
+
+
+def info_pool_features(info: dict[str, Any], pool: Any) -> np.ndarray:
+    """What a policy could compute from ``info`` alone with the task pool in hand: every plain value of ``info`` (numbers
+    as they are, strings and arrays by a checksum), and for ``info["task_id"]`` the pool's task (family, hop count, gold
+    plan length). The features of :func:`info_leak_aucs`."""
+    import zlib
+
+    values: list[float] = []
+    for key in sorted(info):
+        value = info[key]
+        if isinstance(value, (bool, int, float, np.integer, np.floating)):
+            values.append(float(value))
+        elif isinstance(value, str):
+            values.append(zlib.crc32(value.encode()) / 2**32)
+        elif isinstance(value, np.ndarray):
+            values.append(zlib.crc32(np.ascontiguousarray(value).tobytes()) / 2**32)
+    task = pool.tasks[int(pool.ids[int(info["task_id"])])]
+    family = [float(task.family == f) for f in ("support", "multihop", "analytics")]
+    return np.asarray([*values, *family, float(task.hops), float(len(task.subtasks))], dtype=np.float64)
+
+
+def info_leak_aucs(env: Any, episodes: int, seed: int = 0) -> dict[str, float]:
+    """How well plan faithfulness at reset is told from ``info`` with the task pool, against from the observation.
+
+    Resets ``env`` ``episodes`` times and fits, as :func:`leak_aucs` does (episode halves), one logistic regression on
+    :func:`info_pool_features` and one on the observation (verdicts excluded). ``info`` must add nothing: its AUC should
+    not exceed the observation's by more than noise. Returns ``{"info_and_pool": auc, "observation": auc, "n": n,
+    "unfaithful_rate": rate}``."""
+    base = env.unwrapped
+    info_x: list[np.ndarray] = []
+    obs_x: list[np.ndarray] = []
+    faithful: list[float] = []
+    for ep in range(episodes):
+        obs, info = env.reset(seed=seed + ep)
+        info_x.append(info_pool_features(info, base.pool))
+        obs_x.append(flatten(obs))
+        faithful.append(float(base.hidden_state()["plan_faithful"]))
+    out: dict[str, float] = {"n": float(episodes), "unfaithful_rate": 1.0 - float(np.mean(faithful))}
+    for name, x in (("info_and_pool", info_x), ("observation", obs_x)):
+        rows = {"episode": list(range(episodes)), "x": x, **{t: [np.nan] * episodes for t in HIDDEN_TARGETS}}
+        rows["plan_faithful"] = faithful
+        out[name] = leak_aucs(rows, seed=seed)["plan_faithful"]["auc"]
+    return out
+
+
+def template_probe(world: Any, tasks: Any, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Grade, for every task, its gold answer's template with the key value changed (must fail) and the right value in
+    other phrasings (must pass), with the env's grader (:func:`edo_gym.world.grading.grade_final`).
+
+    Returns, per ``"<family>/<value kind>"``, ``{"n", "wrong_value_success", "right_value_success"}``: the share of
+    wrong-value variants graded right (must be 0) and of right-value rephrasings graded right (should be 1).
+    """
+    from edo_gym.world.generator import DURATION_DAYS
+    from edo_gym.world.grading import grade_final, task_value_kind
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict[str, list[float]]] = {}
+    for task in tasks:
+        kind = task_value_kind(task)
+        gold = task.answer
+        if kind == "duration":
+            days = int(gold.split("within ")[1].split()[0])
+            other = int(rng.choice([d for d in DURATION_DAYS if d != days]))
+            wrong = [gold.replace(f"{days} days", f"{other} days"), f"You have {other} days to request a refund."]
+            right = [f"You have {days} days to request a refund.", f"Refunds are possible within {days} days of delivery."]
+        elif kind == "amount":
+            value = int(gold)
+            other = value + int(rng.choice([-1, 1])) * int(rng.integers(1, 200))
+            wrong = [str(other), f"{other} thousand", f"${other}k"]
+            right = [f"{value} thousand", f"${value}k", f"${value * 1000:,}", f"The answer is {value}."]
+        else:
+            relation = task.subtasks[-1].relation
+            other = world.plausible_value(relation, rng, gold)
+            wrong = [other, f"The answer is {other}.", f"{other}."]
+            right = [f"The answer is {gold}.", f"**{gold}**", f"{gold}."]
+        entry = out.setdefault(f"{task.family}/{kind}", {"wrong": [], "right": []})
+        entry["wrong"] += [float(grade_final(world, task, text)) for text in wrong if text != gold]
+        entry["right"] += [float(grade_final(world, task, text)) for text in right]
+    return {
+        key: {"n": float(len(v["wrong"])), "wrong_value_success": float(np.mean(v["wrong"])),
+              "right_value_success": float(np.mean(v["right"]))}
+        for key, v in sorted(out.items())
+    }  # fmt: skip

@@ -226,7 +226,6 @@ INFO_KEYS = {
     "event",
     "illegal_action",
     "task_id",
-    "anchor_key",
     "call_failed",
     "call_error",
     "backend_attempts",
@@ -283,7 +282,7 @@ class EpisodeChecker:
         u = env.unwrapped
         assert u.observation_space.contains(obs), _space_diff(u, obs)
         assert np.array_equal(info["action_mask"], obs["action_mask"])
-        assert set(info) == {"action_mask", "task_id", "anchor_key"} and _plain(info)
+        assert set(info) == {"action_mask", "task_id"} and _plain(info)
         kinds = [e[0] for e in u.trace]
         assert kinds in (["reset", "plan"], ["reset", "plan_fallback", "plan"]), kinds
         assert u.trace[0][1] == info["task_id"] and u.trace[-1][1] is u.plan
@@ -314,7 +313,6 @@ class EpisodeChecker:
         assert set(info) - {"episode_stats"} == INFO_KEYS
         assert type(info["call_error"]) is str and type(info["backend_attempts"]) is int
         assert type(info["call_failed"]) is bool and type(info["retrieval_fallback"]) is bool
-        assert type(info["anchor_key"]) is str and info["anchor_key"]
         # reward = sum of its terms
         assert isinstance(reward, float) and math.isfinite(reward)
         terms = info["reward_terms"]

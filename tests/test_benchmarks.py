@@ -1003,7 +1003,7 @@ def test_part_timers_come_off_and_leave_the_trajectory_unchanged(small_world_kwa
         for _ in range(120):
             legal = np.flatnonzero(env.unwrapped.action_masks())
             obs, reward, terminated, truncated, info = env.step(int(legal[int(rng.integers(len(legal)))]))
-            out.append((reward, info["anchor_key"], obs["subtasks"].tobytes()))
+            out.append((reward, info["task_id"], obs["subtasks"].tobytes()))
             if terminated or truncated:
                 env.reset()
         if timers is not None:

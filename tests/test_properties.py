@@ -148,8 +148,6 @@ def valid_kwargs(draw, cache_dir: str):
         "reward": {
             "success_reward": draw(st.floats(0.01, 10.0)),
             "hop_bonus": draw(st.floats(0.0, 2.0)),
-            "partial_credit": draw(prob),
-            "write_f1_threshold": draw(st.floats(0.05, 1.0)),
             "token_weight": draw(weight),
             "call_weight": draw(weight),
             "latency_weight": draw(weight),
@@ -308,8 +306,6 @@ FLOAT_FIELDS = {
     "planner.confidence_sd": (0.0, 1.0, False),
     "reward.success_reward": (0.0, 1000.0, True),
     "reward.hop_bonus": (0.0, 100.0, False),
-    "reward.partial_credit": (0.0, 1.0, False),
-    "reward.write_f1_threshold": (0.0, 1.0, True),
     "reward.token_weight": (0.0, 100.0, False),
     "reward.call_weight": (0.0, 100.0, False),
     "reward.latency_weight": (0.0, 100.0, False),

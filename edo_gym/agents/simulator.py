@@ -39,6 +39,7 @@ from edo_gym.agents.planner import PLAN_INSTRUCTION, plan_to_json
 from edo_gym.agents.protocol import LLMRequest, LLMResponse
 from edo_gym.config import DOMAINS, PLANNER_ERRORS, SUBTASK_TYPES, PlannerConfig, WorkerSpec
 from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, World
+from edo_gym.world.grading import durations
 from edo_gym.world.language import (
     compute_instruction,
     parse_compute,
@@ -49,7 +50,7 @@ from edo_gym.world.language import (
     reply_instruction,
 )
 from edo_gym.world.tasks import REPLY_TEMPLATE, Task, apply_op
-from edo_gym.world.text import ABSTAIN_TEXT, DRIFTS, answers_match, drift, first_number, normalize, similarity, token_f1
+from edo_gym.world.text import ABSTAIN_TEXT, DRIFTS, answers_match, drift, first_number, normalize, similarity
 
 #: Name similarity above which a document about another name is a confusable near-duplicate.
 NEAR_DUPLICATE = 0.75
@@ -299,8 +300,9 @@ class SimulatedBackend:
         own = self.read(spec, request.instruction, request.inputs, request.documents, rng)
         if own.source in ("abstain", "guess"):
             return "UNSURE: I cannot check this against anything I know."
-        if parse_reply(request.instruction) is not None:
-            agree = token_f1(answer, own.text) >= 0.8
+        if parse_reply(request.instruction) is not None:  # a reply: does it state the window the verifier finds?
+            said = durations(answer)
+            agree = bool(said) and said == durations(own.text)
         else:
             linker = self.world.linker()
             a, b = linker.link(answer), linker.link(own.text)

@@ -23,7 +23,26 @@ The observation and ``info`` hold only what a real orchestrator knows (see :mod:
 hidden ground truth is reachable only through :meth:`EDOEnv.hidden_state`, for oracles and tests. ``info`` holds
 only plain values (numbers, bools, strings, fixed-dtype arrays, dicts of those), the same keys and types on
 every step; see the README. Faults of the backend or the retriever never end an episode: ``call_failed``,
-``call_error`` (``""`` when none), ``backend_attempts`` and ``retrieval_fallback`` report them.
+``call_error`` (``""`` when none), ``backend_attempts`` and ``retrieval_fallback`` report them. A policy may read
+neither :meth:`EDOEnv.hidden_state` nor the world and task generators (``env.world``, ``env.pool``): with
+``info["task_id"]`` the task pool would tell it the gold answer.
+
+Version History
+---------------
+Figures measured on different versions are not comparable; ``env.metadata["edo_gym_version"]`` carries the
+package version, and result files record it.
+
+- 0.3.0: answers are graded on the key value the task asks for (a reply's refund window, a name, a year, an amount,
+  :mod:`edo_gym.world.grading`), for the reward, ``hidden_state()`` and the simulated verifiers of replies (a reply in
+  the gold template with another window used to pass at token F1 0.86); ``RewardConfig.partial_credit`` and
+  ``write_f1_threshold`` are gone. ``info["anchor_key"]`` is removed (with the task pool it identified altered
+  plans); GiGPO groups states by the observation. ``hidden_state()["plan_faithful"]`` is false for a plan with a
+  step that reads a later one (it cannot be executed in order). The oracle replans such plans and mislabelled ones
+  and stops paying once the answer cannot be right.
+- 0.2.0: one text-only LLM protocol; workers read the documents they retrieve; ``verify(w)`` is a charged call per
+  worker; the planner makes shape-keeping errors; no hidden state in the observation or ``info``; answers
+  normalised for real-model phrasing; ``info["anchor_key"]`` added.
+- 0.1.0: first release.
 """
 
 from __future__ import annotations
@@ -31,7 +50,6 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-import zlib
 from collections import deque
 from typing import Any
 
@@ -60,11 +78,13 @@ from edo_gym.envs.viewer import draw_trace
 from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.store import RetrievalService
 from edo_gym.world.generator import World
-from edo_gym.world.grading import StepTruth, execute_plan, is_correct
+from edo_gym.world.grading import StepTruth, execute_plan, grade_final, is_correct
 from edo_gym.world.language import fill, parse_question, placeholders
 from edo_gym.world.tasks import Task, TaskPool
-from edo_gym.world.text import first_number, normalize, token_f1
+from edo_gym.world.text import first_number
 
+#: The package version whose dynamics this module implements (``EDOEnv.metadata["edo_gym_version"]``).
+ENV_VERSION = "0.3.0"
 RESET_OPTION_KEYS = frozenset({"task_id"})
 MAX_SEED = 2**31 - 1
 #: Price multiplier of planner tokens and of an outside decision-maker's tokens (``charge``).
@@ -87,14 +107,13 @@ def _task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
 @functools.lru_cache(maxsize=20_000)
 def _plan_tables(
     steps: tuple[PlanStep, ...], max_subtasks: int
-) -> tuple[str, tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...], np.ndarray, tuple[tuple[int, ...], ...], np.ndarray]:
-    """What only depends on a plan's steps (memoised; the arrays are read-only): the plan signature of the anchor key,
-    each step's inputs, each step's readers (the steps that use its answer), the static subtask table, the
-    placeholders of each step's instruction, and the subtask table of the fresh plan (no result, verdict or attempt
-    yet: the static table with the inputs-ready flag of the steps without inputs, as ``EDOEnv._subtask_row`` gives).
+) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...], np.ndarray, tuple[tuple[int, ...], ...], np.ndarray]:
+    """What only depends on a plan's steps (memoised; the arrays are read-only): each step's inputs, each step's
+    readers (the steps that use its answer), the static subtask table, the placeholders of each step's instruction,
+    and the subtask table of the fresh plan (no result, verdict or attempt yet: the static table with the inputs-ready
+    flag of the steps without inputs, as ``EDOEnv._subtask_row`` gives).
 
     About 2.5 kB per plan, so at most ~50 MB when full."""
-    sig = "\x1f".join(f"{s.label}|{s.domain_label}|{s.instruction}|{s.deps}" for s in steps)
     # tuples of ints, not lists: the garbage collector stops tracking them, so a growing memo does not make its full
     # passes (which visit every tracked object) more frequent and longer
     deps = tuple([s.deps for s in steps])
@@ -112,7 +131,7 @@ def _plan_tables(
     sub.setflags(write=False)
     fresh.setflags(write=False)
     holes = tuple([tuple(placeholders(s.instruction)) for s in steps])
-    return sig, deps, dependents, sub, holes, fresh
+    return deps, dependents, sub, holes, fresh
 
 
 #: ``_plan_tables`` by the identity of a steps tuple, which is kept alive as the entry's first item (so its ``id`` is not
@@ -145,7 +164,7 @@ class EDOEnv(gym.Env):
         :class:`~edo_gym.agents.protocol.LLMBackend`); default :class:`~edo_gym.agents.simulator.SimulatedBackend`.
     """
 
-    metadata = {"render_modes": ["ansi", "human", "rgb_array"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "human", "rgb_array"], "render_fps": 4, "edo_gym_version": ENV_VERSION}
 
     def __init__(
         self,
@@ -334,7 +353,7 @@ class EDOEnv(gym.Env):
         self._started = True
         self._ended = False
         obs = self._observation()
-        info = {"action_mask": obs["action_mask"].copy(), "task_id": self.task_id, "anchor_key": self._anchor_key()}
+        info = {"action_mask": obs["action_mask"].copy(), "task_id": self.task_id}
         if self.config.info_text:
             info["text"] = self.state_text()
         return obs, info
@@ -418,19 +437,12 @@ class EDOEnv(gym.Env):
         self.attempts = [0] * n
         self.done_stack: list[int] = []
         self._truth: list[StepTruth] | None = None
-        self._plan_sig, self._deps, self._dependents, self._sub_static, self._holes, fresh = _plan_tables_of(
-            plan.steps, self._max_subtasks
-        )
+        self._deps, self._dependents, self._sub_static, self._holes, fresh = _plan_tables_of(plan.steps, self._max_subtasks)
         # the subtask table without the current-step marker, kept up to date row by row: a row is recomputed only
         # when its step's result, verdicts or attempts (or a result it reads) changed (see ``_touch``); it starts as
         # the fresh plan's table (what ``_subtask_row`` gives for every row before anything is done)
         self._sub_rows = fresh.copy()
-        # running checksums of the anchor key's constant prefix (task and plan); each step continues them
-        prefix = f"{self.task_id}\x1e{self._plan_sig}\x1e".encode()
-        self._anchor_prefix = (zlib.crc32(prefix), zlib.adler32(prefix))
         self._dirty_rows: set[int] = set()
-        # per step, its part of the anchor key's status: result given ("0"/"1"), first letter of the latest verdict
-        self._status = ["0-"] * n
         head = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
         head[O.P_LEN] = n / self.config.max_subtasks
         if plan.confidence is not None:
@@ -554,7 +566,6 @@ class EDOEnv(gym.Env):
                 self._touch(i)
                 self.verdicts[i] = []
                 self.verified_by[i] = set()
-                self._status[i] = "0-"
                 step_cost = CallCost(prompt_tokens=cfg.rollback_tokens)
                 self.trace.append(("rollback", i))
             elif kind == "replan":
@@ -606,7 +617,6 @@ class EDOEnv(gym.Env):
             "event": event,
             "illegal_action": bool(not legal),
             "task_id": int(self.task_id),
-            "anchor_key": self._anchor_key(),
             # SB3's convention (its success-rate logging; GRPO's filter_on="success"): final once the episode ended
             "is_success": bool(self._ended and self.success),
             **self._call_status,
@@ -692,7 +702,6 @@ class EDOEnv(gym.Env):
             self._touch(i)
             self.verdicts[i] = []
             self.verified_by[i] = set()
-            self._status[i] = "1-"
             self.done_stack.append(i)
             if record.abstained:
                 self._count(w, 1)
@@ -720,7 +729,6 @@ class EDOEnv(gym.Env):
         else:
             self.verified_by[i].add(w)
             self.verdicts[i].append(check.verdict)
-            self._status[i] = "1" + check.verdict[0]
             if check.verdict == "flagged":
                 self._count(record.worker, 2)
             elif check.verdict == "ok":
@@ -738,16 +746,9 @@ class EDOEnv(gym.Env):
     def _submit(self) -> float:
         last = self.results[-1] if self.results else None
         self.final_answer = last.text if last is not None else ""
-        rw = self.config.reward
-        full = rw.task_score(self.task.hops)
-        gold = self.task.answer
-        if self.task.family == "support":  # a written reply, scored by token F1
-            f1 = token_f1(self.final_answer, gold)
-            self.success = f1 >= rw.write_f1_threshold
-            self.score = full if self.success else rw.partial_credit * f1 * full
-        else:
-            self.success = is_correct(self.world, "lookup", self.final_answer, gold)
-            self.score = full if self.success else 0.0
+        # graded on the key value the task asks for (a reply's refund window, a name, a year, an amount)
+        self.success = grade_final(self.world, self.task, self.final_answer)
+        self.score = self.config.reward.task_score(self.task.hops) if self.success else 0.0
         self.trace.append(("submit", self.final_answer, self.score))
         return self.score
 
@@ -855,18 +856,6 @@ class EDOEnv(gym.Env):
         obs["action_mask"] = mask.copy()
         return obs
 
-    def _anchor_key(self) -> str:
-        """A key of the orchestration state (task, plan as written, per-step progress and verdicts, replans).
-
-        Equal keys mean the same decision point: GiGPO groups steps by it. Only observable facts enter it.
-        """
-        status = ",".join(self._status)  # kept up to date by each change of a result or verdict
-        # two independent 32-bit checksums of f"{task_id}\x1e{plan_sig}\x1e{status}\x1e{replans}": stable across
-        # processes (unlike hash()), and cheap on every step (the task and plan prefix is summed once per plan)
-        rest = f"{status}\x1e{self.replans}".encode()
-        crc, adler = self._anchor_prefix
-        return f"{zlib.crc32(rest, crc):08x}{zlib.adler32(rest, adler):08x}"
-
     # -- humans and oracles -------------------------------------------------------------------------------------
     def render(self) -> str | np.ndarray | None:
         if self.render_mode is None:
@@ -889,7 +878,8 @@ class EDOEnv(gym.Env):
     def hidden_state(self) -> dict[str, Any]:
         """Ground truth for oracles and tests only (never part of the observation or ``info``).
 
-        Keys: ``plan_faithful`` (executing this plan perfectly answers the task), ``kinds`` / ``domains`` (true
+        Keys: ``plan_faithful`` (executing this plan in order, every step right, answers the task; a plan whose step
+        reads a later step's answer cannot be executed in order and is not faithful), ``kinds`` / ``domains`` (true
         step types and document domains), ``label_wrong`` (the type or domain label differs from the truth),
         ``expected`` (each step's right answer given right inputs), ``correct`` (per step: the current result is
         right, ``None`` when undone), ``answer`` (the gold answer), ``hops``, ``family``, ``worker_skills``
@@ -899,18 +889,13 @@ class EDOEnv(gym.Env):
         (the workers whose simulated parametric memory holds the right value of the current single-hop lookup).
         """
         truth = self.plan_truth()
-        threshold = self.config.reward.write_f1_threshold
-        correct = [
-            None if r is None else is_correct(self.world, t.kind, r.text, t.expected, threshold)
-            for r, t in zip(self.results, truth, strict=True)
-        ]
+        correct = [None if r is None else is_correct(self.world, t, r.text) for r, t in zip(self.results, truth, strict=True)]
         last = truth[-1] if truth else None
-        if last is None or not last.expected:
-            faithful = False
-        elif self.task.family == "support":
-            faithful = token_f1(last.expected, self.task.answer) >= threshold
-        else:
-            faithful = normalize(last.expected) == normalize(self.task.answer)
+        # executable in order (no step reads a later one) and, executed on the true facts, right
+        executable = all(d < i for i, deps in enumerate(self._deps) for d in deps)
+        faithful = (
+            executable and last is not None and bool(last.expected) and grade_final(self.world, self.task, last.expected)
+        )
         kinds = [t.kind for t in truth]
         return {
             "plan_faithful": faithful,

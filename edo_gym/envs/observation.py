@@ -99,3 +99,31 @@ def project_task_embeddings(vectors: np.ndarray, dim: int) -> np.ndarray:
     rng = np.random.default_rng(12345)
     proj = rng.standard_normal((vectors.shape[1], dim)).astype(np.float32)
     return np.clip(vectors @ proj / 3.0, -1.0, 1.0).astype(np.float32)
+
+
+#: Columns of the subtask table that identify an orchestration state: labels, presence, progress and the latest
+#: verdict (not the noisy confidences, attempt counts or flags that differ between runs of the same state).
+ANCHOR_SUBTASK_COLUMNS: tuple[int, ...] = (
+    *range(C_TYPE, C_DOMAIN + N_DOMAINS), C_PRESENT, C_DONE, C_CURRENT, C_OK, C_FLAG, C_UNSURE,
+)  # fmt: skip
+#: Columns of the plan vector that identify an orchestration state.
+ANCHOR_PLAN_COLUMNS: tuple[int, ...] = (P_LEN, P_CURRENT, P_ALL_DONE, P_REPLANS, P_FALLBACK, P_REPAIRED)
+
+
+def is_edo_observation_space(space: spaces.Space) -> bool:
+    """Whether ``space`` has this module's layout (the ``task``, ``plan`` and ``subtasks`` keys, their widths)."""
+    if not isinstance(space, spaces.Dict) or not {"task", "plan", "subtasks"} <= set(space.spaces):
+        return False
+    plan, sub = space.spaces["plan"], space.spaces["subtasks"]
+    return plan.shape == (PLAN_FEATURES,) and len(sub.shape) == 2 and sub.shape[1] == SUBTASK_FEATURES
+
+
+def anchor_view(observations: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The part of (stacked or single) observations that identifies the orchestration state, for grouping steps taken
+    in the same state (GiGPO's anchor states): the task features, the plan's shape and progress, and per plan step its
+    labels, progress and latest verdict. Computed from the observation only, so it reveals nothing hidden."""
+    return {
+        "task": observations["task"],
+        "plan": observations["plan"][..., list(ANCHOR_PLAN_COLUMNS)],
+        "subtasks": observations["subtasks"][..., list(ANCHOR_SUBTASK_COLUMNS)],
+    }

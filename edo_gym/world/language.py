@@ -121,6 +121,12 @@ def parse_question(text: str) -> tuple[tuple[str, ...], str] | None:
     return None
 
 
+def parse_noun_phrase(text: str) -> tuple[tuple[str, ...], str] | None:
+    """``(relations, subject)`` of a noun phrase written with :func:`edo_gym.world.tasks.phrase`, innermost relation
+    first (``"the employer of the mentor of Mara Quell"`` -> ``(("mentor", "employer"), "Mara Quell")``), or ``None``."""
+    return _parse_phrase_chain(text.strip())
+
+
 def _parse_phrase_chain(text: str, depth: int = 0) -> tuple[tuple[str, ...], str] | None:
     if depth > 4:
         return None
