@@ -37,9 +37,14 @@ class EvalResult:
     return_ci95: tuple[float, float] = (0.0, 0.0)
     budget_hit_rate: float = 0.0
     uses_hidden_state: bool = False
+    #: Per episode, in task order: success (0/1) and return (for paired comparisons; not in ``as_dict``).
+    episode_success: list[float] = field(default_factory=list, repr=False)
+    episode_returns: list[float] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["episode_success"], out["episode_returns"]
+        return out
 
 
 def make_eval_env(env_id: str = "EDO-v0", **kwargs: Any) -> gym.Env:
@@ -131,6 +136,8 @@ def run_episodes(
         return_ci95=mean_ci(returns),
         budget_hit_rate=float(np.mean(budget_hits)),
         uses_hidden_state=uses_hidden_state,
+        episode_success=successes,
+        episode_returns=returns,
     )
 
 

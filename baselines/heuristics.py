@@ -16,6 +16,10 @@ nothing else (no env object, no task text, no worker skills), exactly what a lea
   public :meth:`~edo_gym.envs.edo_env.EDOEnv.charge`.
 - :class:`OraclePolicy` (``uses_hidden_state = True``): reads ``EDOEnv.hidden_state()`` (true step types and
   domains, correctness of each result, plan faithfulness, worker skills): an upper bound, not a deployable policy.
+  It replans every plan that cannot yield the answer (unfaithful, or a step that reads a later one) or whose labels
+  would derail its execution, routes each step to the worker most likely to answer it, never pays for a
+  verification (it knows whether a result is right), retries a wrong result up to ``max_tries`` times, and submits at
+  once when the answer can no longer be right.
 
 Interface: ``reset(obs, info)`` at episode start, ``act(obs, info) -> action``; a policy with
 ``uses_hidden_state`` implements ``act_hidden(obs, info, hidden)`` instead.
@@ -320,7 +324,7 @@ class OraclePolicy(HeuristicPolicy):
     name = "oracle"
     uses_hidden_state = True
 
-    def __init__(self, max_tries: int = 5) -> None:
+    def __init__(self, max_tries: int = 8) -> None:
         self.max_tries = max_tries
 
     def reset(self, obs: Obs, info: dict[str, Any]) -> None:
@@ -349,16 +353,25 @@ class OraclePolicy(HeuristicPolicy):
 
     def act_hidden(self, obs: Obs, info: dict[str, Any], hidden: dict[str, Any]) -> int:
         v = ObsView(obs)
-        if not hidden["plan_faithful"] and v.legal(v.replan):
+        # a plan that cannot yield the answer (unfaithful, or a step reading a later one) or whose labels would make its
+        # execution go wrong (a lookup labelled otherwise is not entity-linked, and vice versa) is replanned at once
+        doomed = not hidden["plan_faithful"]
+        mislabelled = any(
+            wrong and (kind in ("lookup", "merged")) != (step.label == "lookup")
+            for wrong, kind, step in zip(hidden["label_wrong"], hidden["kinds"], v.steps, strict=False)
+        )
+        if (doomed or mislabelled) and v.legal(v.replan):
             self.tries = {}
             return v.replan
+        if doomed:  # no replan left: nothing it does can succeed, so it stops paying
+            return v.submit
         last = _last_done(v)
         if last is not None:
             correct = hidden["correct"]
-            upstream_right = all(c is not False for c in correct[: last.index])
-            retry = correct[last.index] is False and upstream_right and self.tries.get(last.index, 0) < self.max_tries
-            if retry and v.legal(v.rollback):
-                return v.rollback
+            if correct[last.index] is False:
+                if self.tries.get(last.index, 0) < self.max_tries and v.legal(v.rollback):
+                    return v.rollback
+                return v.submit  # a wrong result it may not retry: the answer cannot be right any more
         step = v.current
         if step is None:
             return v.submit

@@ -9,14 +9,23 @@ environment would have a shortcut; ``benchmarks/env_validity.py`` runs them all 
 - ``replan_on_suspicion``: route by label, replan when the planner's confidence is low or the plan reads a later step.
 - ``largest_model``: everything to the largest model covering the domain (with retrieval).
 - ``confidence_gate``: route by label, roll back and retry whenever the answer's confidence is below 0.5.
+- ``cheapest_no_checks``: every step to the cheapest worker, no retrieval, no checks.
 - ``submit_at_once``: the floor.
+
+Text-reading probes (:data:`TEXT_PROBES`, on an env made with ``info_text=True``):
+
+- ``plan_check_text``: rebuilds from the task text the plan a careful planner writes and replans until the written
+  plan matches it, then executes like ``rule_based``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from baselines.heuristics import HeuristicPolicy, Obs, ObsView, StaticPipeline, SubmitAtOnce, _last_done
+from baselines.heuristics import HeuristicPolicy, Obs, ObsView, RuleBased, StaticPipeline, SubmitAtOnce, _last_done
+from edo_gym.world.generator import RELATIONS
+from edo_gym.world.language import compute_instruction, parse_noun_phrase, question, reply_instruction
 
 
 class RouteByLabel(HeuristicPolicy):
@@ -110,11 +119,121 @@ class ConfidenceGate(_Retrying):
         return self.dispatch_next(v)
 
 
+class CheapestNoChecks(HeuristicPolicy):
+    """Every step to the cheapest worker, without retrieval, verification or retries: the cost floor of a team that
+    answers at all (a grader that passed phrasing would make it look good)."""
+
+    name = "cheapest_no_checks"
+
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
+        v = ObsView(obs)
+        return v.submit if v.current is None else v.dispatch(v.cheapest(), False)
+
+
 PROBES: dict[str, type[HeuristicPolicy]] = {
     "route_by_label": RouteByLabel,
     "verify_and_retry": VerifyAndRetry,
     "replan_on_suspicion": ReplanOnSuspicion,
     "largest_model": LargestModel,
     "confidence_gate": ConfidenceGate,
+    "cheapest_no_checks": CheapestNoChecks,
     "submit_at_once": SubmitAtOnce,
 }
+
+
+# -- a text-reading probe ---------------------------------------------------------------------------------------------
+_PLAN_LINE = re.compile(r"^[> ] (\d+)\. \[(\w+)/(\w+)\] (.*?)(?: \(uses steps \[([\d, ]*)\]\))?(?: \(current\))?$")
+_SUPPORT_START = (
+    (re.compile(r"\border (ORD-[A-Z]+-\d+)"), ("shipment", "carrier", "refund_window")),
+    (re.compile(r"\b[Ss]hipment (TRK-[A-Z]+-\d+)"), ("carrier", "refund_window")),
+    (re.compile(r"\bparcel with (.+?) is late"), ("refund_window",)),
+)
+_ANALYTICS = re.compile(
+    r"^What was the (combined|highest single-store) revenue of the (.+?) stores? in (\w+), in thousands\?$"
+)
+
+#: One plan step as written: label, domain label, instruction, 0-based inputs.
+WrittenStep = tuple[str, str, str, tuple[int, ...]]
+
+
+def plan_from_text(text: str) -> tuple[str, list[WrittenStep]]:
+    """The task and the plan as written, read from an orchestrator prompt (``info["text"]`` with ``info_text=True``)."""
+    task = ""
+    steps: list[WrittenStep] = []
+    in_plan = False
+    for line in text.splitlines():
+        if line.startswith("Task: "):
+            task = line.removeprefix("Task: ")
+        elif line.startswith("Plan:"):
+            in_plan = True
+        elif in_plan:
+            m = _PLAN_LINE.match(line)
+            if m is None:
+                break
+            deps = tuple(int(d) - 1 for d in m.group(5).split(",")) if m.group(5) else ()
+            steps.append((m.group(2), m.group(3), m.group(4), deps))
+    return task, steps
+
+
+def _chain(relations: tuple[str, ...], subject: str) -> list[WrittenStep]:
+    out: list[WrittenStep] = []
+    for k, rel in enumerate(relations):
+        about = subject if k == 0 else f"{{{k}}}"
+        out.append(("lookup", RELATIONS[rel].domain, question((rel,), about), (k - 1,) if k else ()))
+    return out
+
+
+def expected_plan(task: str) -> list[WrittenStep] | None:
+    """The plan a careful planner writes for ``task``, in the world's language (``None`` for a task it cannot read).
+
+    Built from the task text and the world's public templates only: the question each step asks, its document domain,
+    the steps it reads."""
+    for pattern, relations in _SUPPORT_START:
+        m = pattern.search(task)
+        if m:
+            steps = _chain(relations, m.group(1))
+            return [*steps, ("write", "policies", reply_instruction(f"{{{len(steps)}}}"), (len(steps) - 1,))]
+    m = _ANALYTICS.match(task)
+    if m:
+        stores = re.split(r", | and ", m.group(2))
+        relation = f"revenue_{m.group(3).lower()}"
+        steps = [("lookup", "sales", question((relation,), store), ()) for store in stores]
+        op = "sum" if m.group(1) == "combined" else "max"
+        refs = [f"{{{k + 1}}}" for k in range(len(stores))]
+        return [*steps, ("compute", "sales", compute_instruction(op, refs), tuple(range(len(stores))))]
+    if task.startswith("What is ") and task.endswith("?"):
+        parsed = parse_noun_phrase(task[len("What is ") : -1])
+        if parsed is not None:
+            return _chain(*parsed)
+    return None
+
+
+class PlanCheckText(RuleBased):
+    """``rule_based`` execution after checking the plan *text* against the task text (a text-reading probe).
+
+    It reads ``info["text"]`` (the env must be made with ``info_text=True``), rebuilds from the task text the plan a
+    careful planner would write (:func:`expected_plan`), and replans while the written plan differs from it: a dropped
+    or merged hop, a reordered step, a wrong relation, entity or operator, a wrong type or domain label. This is what an
+    LLM orchestrator that reads its prompt carefully can do; no hidden state is read.
+    """
+
+    name = "plan_check_text"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(replan_below=0.0, **kwargs)
+
+    def act(self, obs: Obs, info: dict[str, Any]) -> int:
+        if "text" not in info:
+            raise ValueError("plan_check_text reads info['text']: make the env with info_text=True")
+        v = ObsView(obs)
+        if not v.any_done and v.legal(v.replan):
+            task, written = plan_from_text(info["text"])
+            expected = expected_plan(task)
+            if expected is not None and written != expected:
+                self.tried, self.verifiers = {}, {}
+                return v.replan
+        return super().act(obs, info)
+
+
+#: Probes that read ``info["text"]`` (run them on an env made with ``info_text=True``).
+TEXT_PROBES: dict[str, type[HeuristicPolicy]] = {"plan_check_text": PlanCheckText}

@@ -88,6 +88,12 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _edo_gym_version() -> str:
+    import edo_gym
+
+    return edo_gym.__version__
+
+
 def command_line() -> str:
     return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
 
@@ -101,6 +107,8 @@ def write_results(name: str, payload: dict[str, Any], markdown: str, out_dir: Pa
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine_info(),
         "versions": versions(),
+        # the env's own version (its dynamics): figures from different versions are not comparable
+        "edo_gym_version": _edo_gym_version(),
         **payload,
     }
     json_path, md_path = out / f"{name}.json", out / f"{name}.md"

@@ -8,7 +8,15 @@ Writes ``benchmarks/results/env_validity.json`` and ``.md``::
 Sections:
 
 - ``policies``: every heuristic and every observation-only probe policy on the held-out tasks (success, return,
-  tokens, whether it reads hidden state). The best observation-only policy must stay well below the oracle.
+  tokens, whether it reads hidden state), the first seed; ``seeds`` per policy: means over ``--seeds`` seeds.
+  Numeric probes read the observation; text-reading probes (``baselines.probes.TEXT_PROBES``) read ``info["text"]``.
+- ``groups.numeric`` / ``groups.text``: the best policy of each group over the seeds, and the oracle's success and
+  return gaps to it with paired 95% intervals (the same tasks and seeds); ``oracle_vs_observation_only``: the same
+  gaps for every observation-only policy. The oracle must be an upper bound, and the best hand-written policy of each
+  group well below it.
+- ``template_probe``: per family and answer kind, the share of gold-template answers with a wrong key value that the
+  grader passes (must be 0) and of right values in other phrasings it passes (should be 1).
+- ``info_leak``: held-out AUC of plan faithfulness at reset from ``info`` with the task pool, next to the observation's.
 - ``causal``: the oracle's success as is, when every retriever returns random documents of its shard
   (``oracle_shuffled_retrieval``: retrieval must matter), when every gold document's value is overwritten
   (``oracle_corrupted_gold``: the documents are what workers read), and ``corrupted_answers_follow_documents``, the
@@ -37,10 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env  # noqa: E402
 from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
-from baselines.probes import PROBES  # noqa: E402
+from baselines.probes import PROBES, TEXT_PROBES  # noqa: E402
 from benchmarks.common import machine_line, write_results  # noqa: E402
 from edo_gym.registration import VARIANTS  # noqa: E402
-from edo_gym.validation import collect, leak_aucs, roc_auc  # noqa: E402
+from edo_gym.validation import collect, info_leak_aucs, leak_aucs, roc_auc, template_probe  # noqa: E402
 from edo_gym.world.language import parse_question  # noqa: E402
 from edo_gym.world.text import answers_match  # noqa: E402
 
@@ -52,18 +60,33 @@ TARGETS = {
     "leak_auc_max": 0.8,
     "planner_confidence_auc_max": 0.8,
     "oracle_return_min": 0.3,
+    "headroom_success_min": 0.10,
+    "headroom_return_min": 0.25,
+    "info_leak_auc_margin": 0.02,
 }
 
 
 def policy(name: str):
+    if name in TEXT_PROBES:
+        return TEXT_PROBES[name]()
     return PROBES[name]() if name in PROBES else make_heuristic(name)
 
 
-def evaluate(name: str, env: Any, ids: list[int], seed: int) -> dict[str, Any]:
-    r = evaluate_heuristic(policy(name), env, ids, seed=seed)
+def summary(r: Any) -> dict[str, Any]:
     return {"success": r.success_rate, "success_ci95": list(r.success_ci95), "return": r.mean_return,
             "return_ci95": list(r.return_ci95), "tokens": r.tokens, "calls": r.calls, "latency_s": r.latency_s,
             "budget_hit_rate": r.budget_hit_rate, "uses_hidden_state": r.uses_hidden_state}  # fmt: skip
+
+
+def evaluate(name: str, env: Any, ids: list[int], seed: int) -> dict[str, Any]:
+    return summary(evaluate_heuristic(policy(name), env, ids, seed=seed))
+
+
+def paired_gap(a: list[float], b: list[float]) -> dict[str, Any]:
+    """Mean of ``a - b`` over paired episodes and its normal-approximation 95% interval."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    half = 1.96 * float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else 0.0
+    return {"gap": float(d.mean()), "ci95": [float(d.mean() - half), float(d.mean() + half)], "n": len(d)}
 
 
 def corrupt_gold(env: Any, seed: int) -> dict[int, str]:
@@ -129,16 +152,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hops", type=int, nargs="+", default=list(range(1, 13)))
     parser.add_argument("--leak-episodes", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per policy for the paired gaps (seed, seed+1, ...)")
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     t0 = time.time()
+    if args.seeds < 1:
+        parser.error(f"--seeds must be >= 1, got {args.seeds}")
     env = make_eval_env("EDO-v0")
+    text_env = make_eval_env("EDO-v0", info_text=True)
     ids = heldout_task_ids(env, args.episodes)
-    names = list(HEURISTICS) + [p for p in PROBES if p not in HEURISTICS]
-    policies = {}
+    numeric = list(HEURISTICS) + [p for p in PROBES if p not in HEURISTICS]
+    names = numeric + list(TEXT_PROBES)
+    seeds = [args.seed + k for k in range(args.seeds)]
+    policies, runs = {}, {}
     for name in names:
-        policies[name] = evaluate(name, env, ids, args.seed)
-        print(f"{name:22s} success {policies[name]['success']:.3f} return {policies[name]['return']:+.3f}", flush=True)
+        penv = text_env if name in TEXT_PROBES else env
+        runs[name] = [evaluate_heuristic(policy(name), penv, ids, seed=s) for s in seeds]
+        policies[name] = summary(runs[name][0])
+        policies[name]["group"] = "hidden" if name == "oracle" else ("text" if name in TEXT_PROBES else "numeric")
+        policies[name]["seeds"] = {
+            "seeds": seeds,
+            "success": float(np.mean([r.success_rate for r in runs[name]])),
+            "return": float(np.mean([r.mean_return for r in runs[name]])),
+        }
+        print(f"{name:22s} success {policies[name]['seeds']['success']:.3f} return {policies[name]['seeds']['return']:+.3f} "
+              f"({args.seeds} seeds)", flush=True)  # fmt: skip
+
+    def episodes(name: str, field: str) -> list[float]:
+        return [x for r in runs[name] for x in getattr(r, field)]
+
+    oracle_vs: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if policies[name]["uses_hidden_state"]:
+            continue
+        oracle_vs[name] = {
+            "success": paired_gap(episodes("oracle", "episode_success"), episodes(name, "episode_success")),
+            "return": paired_gap(episodes("oracle", "episode_returns"), episodes(name, "episode_returns")),
+        }
+    groups: dict[str, dict[str, Any]] = {}
+    for group in ("numeric", "text"):
+        members = [n for n in oracle_vs if policies[n]["group"] == group]
+        best_name = max(members, key=lambda n: (policies[n]["seeds"]["success"], policies[n]["seeds"]["return"]))
+        groups[group] = {
+            "best": best_name,
+            "success": policies[best_name]["seeds"]["success"],
+            "return": policies[best_name]["seeds"]["return"],
+            "oracle_success": policies["oracle"]["seeds"]["success"],
+            "oracle_return": policies["oracle"]["seeds"]["return"],
+            "success_gap": oracle_vs[best_name]["success"]["gap"],
+            "success_gap_ci95": oracle_vs[best_name]["success"]["ci95"],
+            "return_gap": oracle_vs[best_name]["return"]["gap"],
+            "return_gap_ci95": oracle_vs[best_name]["return"]["ci95"],
+        }
+        print(f"best {group}: {groups[group]}", flush=True)
+    pool = env.unwrapped.pool
+    templates = template_probe(env.unwrapped.world, [pool.tasks[i] for i in pool.ids], seed=args.seed)
 
     print("causal ablations ...", flush=True)
     shuffled = make_eval_env("EDO-v0", retrieval_ablation="shuffled")
@@ -159,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     planner = planner_auc(train_env, 1000, args.seed)
     rule = make_heuristic("rule_based")
     leak = leak_aucs(collect(train_env, rule.act, rule.reset, args.leak_episodes, seed=args.seed), seed=args.seed)
+    info_leak = info_leak_aucs(train_env, args.leak_episodes, seed=args.seed)
 
     print("reward scale by hops and by id ...", flush=True)
     scale_policies = ["oracle", "rule_based", "static_pipeline", "random", "submit_at_once"]
@@ -191,10 +260,17 @@ def main(argv: list[str] | None = None) -> int:
             r["oracle"] >= TARGETS["oracle_return_min"] for r in [*by_hops.values(), *by_id.values()]
         ),
         "submit_below_static": all(r["submit_at_once"] < r["static_pipeline"] for r in [*by_hops.values(), *by_id.values()]),
+        "oracle_upper_bound": all(g["success"]["gap"] >= 0 and g["return"]["gap"] >= 0 for g in oracle_vs.values()),
+        "headroom_numeric": groups["numeric"]["success_gap"] >= TARGETS["headroom_success_min"]
+        and groups["numeric"]["return_gap"] >= TARGETS["headroom_return_min"],
+        "headroom_text": groups["text"]["success_gap"] >= TARGETS["headroom_success_min"]
+        and groups["text"]["return_gap"] >= TARGETS["headroom_return_min"],
+        "template_wrong_value_fails": all(t["wrong_value_success"] == 0.0 for t in templates.values()),
+        "info_leak": info_leak["info_and_pool"] <= info_leak["observation"] + TARGETS["info_leak_auc_margin"],
     }
     budget_random = policies["random"]["budget_hit_rate"]
     payload = {
-        "settings": {"episodes": args.episodes, "by_hops_episodes": args.by_hops_episodes, "hops": args.hops,
+        "settings": {"episodes": args.episodes, "seeds": seeds, "by_hops_episodes": args.by_hops_episodes, "hops": args.hops,
                      "leak_episodes": args.leak_episodes, "seed": args.seed, "env_id": "EDO-v0", "split": "test"},
         "policies": policies,
         "causal": causal,
@@ -206,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         "by_id": by_id,
         "best_observation_only": best,
         "gap_oracle_minus_best_observation_only": gap,
+        "groups": groups,
+        "oracle_vs_observation_only": oracle_vs,
+        "template_probe": templates,
+        "info_leak": info_leak,
         "targets": TARGETS,
         "checks": checks,
         "wall_time_s": time.time() - t0,
@@ -214,19 +294,48 @@ def main(argv: list[str] | None = None) -> int:
         "# EDO-v0 validity",
         "",
         f"Machine: {machine_line()}. Command: `python benchmarks/env_validity.py --episodes {args.episodes} "
-        f"--by-hops-episodes {args.by_hops_episodes}`; seed {args.seed}; held-out (test split) tasks; {time.time() - t0:.0f} s.",
+        f"--by-hops-episodes {args.by_hops_episodes} --seeds {args.seeds}`; seeds {seeds}; held-out (test split) tasks; "
+        f"{time.time() - t0:.0f} s.",
         "",
-        "| policy | reads hidden state | success (95% CI) | mean return (95% CI) | tokens/ep | budget hit |",
-        "|---|---|---|---|---|---|",
+        f"| policy | reads | success, seed {args.seed} (95% CI) | mean return, seed {args.seed} (95% CI) | success, "
+        f"{args.seeds} seeds | return, {args.seeds} seeds | tokens/ep | budget hit |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, p in sorted(policies.items(), key=lambda kv: -kv[1]["success"]):
+    reads = {"hidden": "hidden state", "numeric": "observation", "text": "observation + text"}
+    for name, p in sorted(policies.items(), key=lambda kv: -kv[1]["seeds"]["success"]):
         lo, hi = p["success_ci95"]
         rlo, rhi = p["return_ci95"]
-        md.append(f"| {name} | {'yes' if p['uses_hidden_state'] else 'no'} | {p['success']:.3f} ({lo:.2f}-{hi:.2f}) "
-                  f"| {p['return']:+.3f} ({rlo:+.2f} to {rhi:+.2f}) | {p['tokens']:.0f} | {p['budget_hit_rate']:.2f} |")  # fmt: skip
+        md.append(f"| {name} | {reads[p['group']]} | {p['success']:.3f} ({lo:.2f}-{hi:.2f}) "
+                  f"| {p['return']:+.3f} ({rlo:+.2f} to {rhi:+.2f}) | {p['seeds']['success']:.3f} | {p['seeds']['return']:+.3f} "
+                  f"| {p['tokens']:.0f} | {p['budget_hit_rate']:.2f} |")  # fmt: skip
     md += [
         "",
-        f"Best observation-only policy: **{best}**, {gap:.3f} below the oracle (target >= {TARGETS['gap_best_observation_only_min']}).",
+        f"Best observation-only policy at seed {args.seed}: **{best}**, {gap:.3f} below the oracle.",
+        "",
+        f"## Headroom: the oracle against the best hand-written policy of each group ({args.seeds} seeds, paired)",
+        "",
+        "| group | best policy | success | return | oracle success gap (95% CI) | oracle return gap (95% CI) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for group, g in groups.items():
+        slo, shi = g["success_gap_ci95"]
+        rlo, rhi = g["return_gap_ci95"]
+        md.append(f"| {group} | {g['best']} | {g['success']:.3f} | {g['return']:+.3f} | {g['success_gap']:+.3f} "
+                  f"({slo:+.3f} to {shi:+.3f}) | {g['return_gap']:+.3f} ({rlo:+.3f} to {rhi:+.3f}) |")  # fmt: skip
+    md += [
+        "",
+        f"Targets: success gap >= {TARGETS['headroom_success_min']}, return gap >= {TARGETS['headroom_return_min']}. "
+        "Oracle minus every observation-only policy (success gap, return gap): "
+        + ", ".join(f"{n} {g['success']['gap']:+.3f} / {g['return']['gap']:+.3f}" for n, g in oracle_vs.items()),
+        "",
+        "## Grading: right template, wrong value",
+        "",
+        "| family / answer kind | variants | wrong value graded right | right value, other phrasing, graded right |",
+        "|---|---|---|---|",
+    ]
+    md += [f"| {k} | {t['n']:.0f} | {t['wrong_value_success']:.3f} | {t['right_value_success']:.3f} |"
+           for k, t in templates.items()]  # fmt: skip
+    md += [
         "",
         "## Causal checks",
         "",
@@ -238,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         "read a later step)",
         "- leak AUCs (observation without paid verdicts -> hidden variable, logistic regression, held-out episodes): "
         + ", ".join(f"{k} {v['auc']:.3f}" for k, v in leak.items()),
+        f"- plan faithfulness at reset from `info` with the task pool: AUC {info_leak['info_and_pool']:.3f}; from the "
+        f"observation: {info_leak['observation']:.3f} ({info_leak['n']:.0f} resets)",
         f"- random policy episodes that hit the token budget: {budget_random:.2f}",
         "",
         "## Mean return by hop count",

@@ -217,3 +217,29 @@ def test_step_level_credit_learns_faster_than_grpo():
         accuracy[cls.__name__] = float(np.mean(scores))
     assert accuracy["GiGPO"] > 0.8
     assert accuracy["GiGPO"] > accuracy["GRPO"] + 0.1
+
+
+def test_edo_anchor_states_come_from_the_observation_without_its_noisy_floats():
+    """EDO reports no anchor key: GiGPO groups EDO steps by the observation's anchor view, which leaves out the
+    confidences, budget and history (they differ between runs of the same state) and nothing it keeps is hidden."""
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+    from edo_gym.envs import observation as O
+
+    env = gym.make("EDO-v0")
+    assert O.is_edo_observation_space(env.observation_space)
+    model = GiGPO("MultiInputPolicy", env, seed=0, group_size=2, groups_per_rollout=2, batch_size=16, n_epochs=1)
+    assert model.rollout_buffer.anchor_view is O.anchor_view
+    obs, info = env.reset(seed=0)
+    assert "anchor_key" not in info
+    noisy = {k: v.copy() for k, v in obs.items()}
+    noisy["subtasks"][0, O.C_CONF] = 0.37
+    noisy["budget"][:] = 0.5
+    assert all(np.array_equal(a, b) for a, b in zip(O.anchor_view(obs).values(), O.anchor_view(noisy).values(), strict=True))
+    moved = {k: v.copy() for k, v in obs.items()}
+    moved["subtasks"][0, O.C_DONE] = 1.0
+    assert not np.array_equal(O.anchor_view(obs)["subtasks"], O.anchor_view(moved)["subtasks"])
+    model.learn(total_timesteps=64)
+    assert model.rollout_buffer.anchor_source == "observation"
+    assert model.rollout_buffer.anchor_repeat_rate > 0.0  # group members pass through the same states

@@ -101,21 +101,21 @@ def _pinned_run(algo: str) -> dict[str, object]:
     }
 
 
-# computed on c882909 (before the rollout-speed changes)
+# computed in pure Python on the 0.3.0 dynamics (key-value grading; GiGPO's anchors from the observation)
 PINNED = {
     "grpo": {
         "num_timesteps": 210,
         "steps": 210,
-        "actions": "e66873e1526b5056",
-        "buffer": "e6ccb74e2bae5245",
-        "params": "dee917187ad69985",
+        "actions": "c4b4f65a4230b0d1",
+        "buffer": "c324d8ea3264b730",
+        "params": "d96ff5b6c654a11e",
     },
     "gigpo": {
         "num_timesteps": 210,
         "steps": 210,
-        "actions": "e66873e1526b5056",
-        "buffer": "fa82e6448bc791e5",
-        "params": "f399f7d40142653a",
+        "actions": "c4b4f65a4230b0d1",
+        "buffer": "36a50c7ddcddf963",
+        "params": "1b19b440f4f8ed57",
     },
 }
 

@@ -8,8 +8,8 @@ GRPO's class defaults on EDO-v0, used as a user would use them, and how often Gi
     and seeds. The defaults pass when every seed's held-out mean return is above both.
 ``anchors``
     ``GiGPO`` with its defaults on multihop tasks with exactly ``h`` hops (h = 2..12), ``--anchor-timesteps`` steps;
-    the share of steps whose anchor group (steps of one episode group taken in the same state, matched by the env's
-    ``info["anchor_key"]``) has at least two members, averaged over the rollouts (``rollout/anchor_repeat_rate``).
+    the share of steps whose anchor group (steps of one episode group taken in the same state, matched by
+    the observation's anchor view) has at least two members, averaged over the rollouts (``rollout/anchor_repeat_rate``).
     Below a few percent the step-level advantage is almost always 0 and GiGPO reduces to GRPO.
 
 Runs are resumable: one JSON per run under ``--out`` (finished runs are skipped); the summary goes to

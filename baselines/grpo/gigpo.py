@@ -17,15 +17,18 @@ there by the discounted return that followed each of them (paper eq. 5-7)::
 ``scale`` follows ``scale_rewards`` (the group's / anchor group's sample std for ``"group"``, the rollout's std of
 returns / step returns for ``"batch"``, 1 for ``"none"``). Anchor groups never cross episode groups.
 
-**Anchor states.** The key of the state an action was taken in is the env's ``info["anchor_key"]`` (any hashable,
-e.g. a string made of the task, the plan and the per-step status, without the noisy floats): the key reported at
-reset for the first action, then the key reported by the previous step. When a step of the rollout has no key,
-the whole rollout falls back to the exact bytes of the observation. ``anchor_matching="similarity"`` instead
+**Anchor states.** The key of the state an action was taken in is the env's ``info["anchor_key"]`` when the env
+reports one (any hashable: the key reported at reset for the first action, then the key reported by the previous
+step). When a step of the rollout has no key, the whole rollout falls back to the exact bytes of the observation's
+*anchor view* (``anchor_view``): for EDO observations :func:`edo_gym.envs.observation.anchor_view` (the task
+features, the plan's shape and progress and each step's labels, progress and latest verdict, without the noisy
+confidences, budget and history), for any other env the whole observation. Either way the key comes from what the
+policy sees: EDO reports no key of its own, so nothing hidden can enter it. ``anchor_matching="similarity"`` instead
 clusters observation vectors whose cosine similarity is at least ``similarity_threshold`` (greedy, in step
 order, each step joining the first cluster whose first member it matches, as the reference code does for text).
 """
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
@@ -47,6 +50,7 @@ from baselines.grpo.advantages import (
 from baselines.grpo.buffers import GroupRolloutBuffer, _concatenate_steps
 from baselines.grpo.grpo import GRPO, _RolloutState
 from baselines.grpo.policies import GRPOPolicy
+from edo_gym.envs import observation as edo_observation
 
 ANCHOR_MATCHINGS = ("exact", "similarity")
 
@@ -270,8 +274,11 @@ class AnchorGroupRolloutBuffer(GroupRolloutBuffer):
     :param observation_space: Observation space
     :param action_space: Action space
     :param step_advantage_weight: Weight of the step-level advantage
-    :param anchor_matching: ``"exact"`` (``info["anchor_key"]``, else the observation bytes) or ``"similarity"``
+    :param anchor_matching: ``"exact"`` (``info["anchor_key"]``, else the bytes of the observation's anchor view) or
+        ``"similarity"``
     :param similarity_threshold: Cosine similarity threshold of ``"similarity"``
+    :param anchor_view: Function from stacked observations to the part that identifies a state (``None``: the whole
+        observation)
     :param kwargs: :class:`GroupRolloutBuffer`'s other arguments (``gamma`` discounts the step-level returns;
         ``supervision`` must be ``"outcome"``)
     """
@@ -283,6 +290,7 @@ class AnchorGroupRolloutBuffer(GroupRolloutBuffer):
         step_advantage_weight: float = 1.0,
         anchor_matching: str = "exact",
         similarity_threshold: float = 0.95,
+        anchor_view: Callable[[Any], Any] | None = None,
         **kwargs: Any,
     ):
         if anchor_matching not in ANCHOR_MATCHINGS:
@@ -292,6 +300,7 @@ class AnchorGroupRolloutBuffer(GroupRolloutBuffer):
         self.step_advantage_weight = step_advantage_weight
         self.anchor_matching = anchor_matching
         self.similarity_threshold = similarity_threshold
+        self.anchor_view = anchor_view
         super().__init__(observation_space, action_space, **kwargs)
 
     def reset(self) -> None:
@@ -317,7 +326,8 @@ class AnchorGroupRolloutBuffer(GroupRolloutBuffer):
         keys = [ep["anchor_keys"] for ep in (self._episodes[e] for e in episode_ids)]
         if all(k is not None and all(key is not None for key in k) for k in keys):
             return exact_anchor_groups([key for k in keys for key in k], group_ids), "info"
-        return observation_anchor_groups(observations, group_ids), "observation"
+        view = observations if self.anchor_view is None else self.anchor_view(observations)
+        return observation_anchor_groups(view, group_ids), "observation"
 
     def _compute_group_advantages(self) -> GroupAdvantages:
         self.anchor_ids, self.anchor_source = self._anchor_ids(list(range(self.n_episodes)), self.observations, self.group_ids)
@@ -374,9 +384,13 @@ class GiGPO(GRPO):
     :param step_advantage_weight: Weight ``w`` of the step-level advantage (``A = A_episode + w * A_step``, paper's
         default 1)
     :param gamma: Discount factor of the step-level returns (unitless, paper's default 0.95)
-    :param anchor_matching: ``"exact"``: the env's ``info["anchor_key"]`` (falling back to the observation bytes when
-        a step lacks one); ``"similarity"``: observation vectors with cosine similarity >= ``similarity_threshold``
+    :param anchor_matching: ``"exact"``: the env's ``info["anchor_key"]`` (falling back to the bytes of the
+        observation's anchor view when a step lacks one); ``"similarity"``: observation vectors with cosine similarity
+        >= ``similarity_threshold``
     :param similarity_threshold: Threshold of ``anchor_matching="similarity"``, in ``(0, 1]``
+    :param anchor_view: Function from stacked observations to the part of them that identifies a state, for exact
+        matching without ``info["anchor_key"]``; ``None`` (default): :func:`edo_gym.envs.observation.anchor_view` for
+        EDO observation spaces, the whole observation otherwise
     :param kwargs: Every other :class:`~baselines.grpo.grpo.GRPO` argument (``supervision`` must be ``"outcome"``)
     """
 
@@ -391,6 +405,7 @@ class GiGPO(GRPO):
         gamma: float = 0.95,
         anchor_matching: str = "exact",
         similarity_threshold: float = 0.95,
+        anchor_view: Callable[[Any], Any] | None = None,
         _init_setup_model: bool = True,
         **kwargs: Any,
     ):
@@ -403,6 +418,7 @@ class GiGPO(GRPO):
         self.step_advantage_weight = step_advantage_weight
         self.anchor_matching = anchor_matching
         self.similarity_threshold = similarity_threshold
+        self.anchor_view = anchor_view
         super().__init__(policy, env, gamma=gamma, _init_setup_model=_init_setup_model, **kwargs)
 
     def _make_rollout_buffer(self) -> AnchorGroupRolloutBuffer:
@@ -412,8 +428,15 @@ class GiGPO(GRPO):
             step_advantage_weight=self.step_advantage_weight,
             anchor_matching=self.anchor_matching,
             similarity_threshold=self.similarity_threshold,
+            anchor_view=self._anchor_view(),
             **self._rollout_buffer_kwargs(),
         )
+
+    def _anchor_view(self) -> Callable[[Any], Any] | None:
+        """The anchor view exact matching uses: the one given, else EDO's for an EDO observation space, else none."""
+        if self.anchor_view is not None:
+            return self.anchor_view
+        return edo_observation.anchor_view if edo_observation.is_edo_observation_space(self.observation_space) else None
 
     def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: _RolloutState) -> None:
         super()._record_rollout_stats(buffer, state)
