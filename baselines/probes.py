@@ -25,6 +25,7 @@ from typing import Any
 
 from baselines.heuristics import HeuristicPolicy, Obs, ObsView, RuleBased, StaticPipeline, SubmitAtOnce, _last_done
 from edo_gym.world.generator import RELATIONS
+from edo_gym.world.grading import amounts, durations
 from edo_gym.world.language import compute_instruction, parse_noun_phrase, question, reply_instruction
 
 
@@ -208,13 +209,44 @@ def expected_plan(task: str) -> list[WrittenStep] | None:
     return None
 
 
+_RESULT_LINE = re.compile(r"^- step (\d+) by [^:]+: (['\"])(.*)\2(?: \(confidence [\d.]+\))?(?:; verified: .*)?$")
+
+
+def answers_from_text(text: str) -> dict[int, str]:
+    """The answers given so far, by 0-based step, as an orchestrator prompt shows them."""
+    out: dict[int, str] = {}
+    for line in text.splitlines():
+        m = _RESULT_LINE.match(line)
+        if m:
+            out[int(m.group(1)) - 1] = m.group(3)
+    return out
+
+
+def consistent(step: WrittenStep, answer: str, inputs: list[str]) -> bool:
+    """Whether a compute or write step's answer agrees with its inputs as written (a reply must state the window it
+    was given; a sum or maximum must be the sum or maximum of the figures); other steps are not checked."""
+    label, _, instruction, _ = step
+    if label == "write" and inputs:
+        return bool(durations(answer)) and durations(answer) == durations(inputs[0])
+    if label == "compute" and inputs:
+        figures = [amounts(x) for x in inputs]
+        if any(len(f) != 1 for f in figures):
+            return True  # an input it cannot read: nothing to check against
+        values = [next(iter(f)) for f in figures]
+        expected = sum(values) if "the sum" in instruction else max(values)
+        return amounts(answer) == {round(expected, 6)}
+    return True
+
+
 class PlanCheckText(RuleBased):
     """``rule_based`` execution after checking the plan *text* against the task text (a text-reading probe).
 
     It reads ``info["text"]`` (the env must be made with ``info_text=True``), rebuilds from the task text the plan a
     careful planner would write (:func:`expected_plan`), and replans while the written plan differs from it: a dropped
-    or merged hop, a reordered step, a wrong relation, entity or operator, a wrong type or domain label. This is what an
-    LLM orchestrator that reads its prompt carefully can do; no hidden state is read.
+    or merged hop, a reordered step, a wrong relation, entity or operator, a wrong type or domain label. It also reads
+    the answers: a reply that states another window than the one it was given, or a sum or maximum that is not the sum
+    or maximum of its figures, is rolled back and retried. This is what an LLM orchestrator that reads its prompt
+    carefully can do; no hidden state is read.
     """
 
     name = "plan_check_text"
@@ -232,6 +264,15 @@ class PlanCheckText(RuleBased):
             if expected is not None and written != expected:
                 self.tried, self.verifiers = {}, {}
                 return v.replan
+        last = _last_done(v)
+        if last is not None and v.legal(v.rollback) and len(self.tried.get(last.index, [])) < self.max_tries:
+            _, written = plan_from_text(info["text"])
+            answers = answers_from_text(info["text"])
+            if last.index < len(written) and last.index in answers:
+                step = written[last.index]
+                inputs = [answers.get(d, "") for d in step[3]]
+                if not consistent(step, answers[last.index], inputs):
+                    return v.rollback
         return super().act(obs, info)
 
 
