@@ -21,8 +21,8 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 install: $(STAMP) $(BUILT)
 
 # The env's hot modules built with Cython (`edo compile`; edo_gym/compiled.py): the same source, so the same
-# trajectories (tested); a warm step alone took 0.885 of pure Python's time (benchmarks/results/ab_compiled.md), no
-# measurable change inside `make train` on 2 cores (README, "Compiled hot path"). Rebuilds only modules whose source
+# trajectories (tested); a warm step alone took 0.96 of pure Python's time (median of 7 alternated rounds,
+# tools/results/ab_compiled.md), no measurable change inside `make train` on 2 cores (docs/performance.md). Rebuilds only modules whose source
 # changed; a build whose source changed since is never used (that module runs from source, with a warning). Without a
 # C compiler the build fails with a message and everything runs as pure Python. EDO_GYM_COMPILED=off: pure Python.
 # the build itself imports edo_gym: under EDO_GYM_COMPILED=on that import would refuse the stale modules it rebuilds

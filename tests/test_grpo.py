@@ -1319,15 +1319,6 @@ def test_normalize_std_is_a_deprecated_alias():
         GRPO("MlpPolicy", "CartPole-v1", loss_type="sum")
 
 
-def test_profile_update_script_runs():
-    from baselines.grpo.profile_update import build_models, time_updates
-
-    grpo, ppo = build_models(samples=256, n_epochs=1, batch_size=64)
-    result = time_updates(grpo, ppo, repeats=1)
-    assert result["samples"]["ppo"] == 256 and result["samples"]["grpo"] > 0
-    assert set(result["grpo_over_ppo"]) == {"wall", "cpu"} and all(v > 0 for v in result["grpo_over_ppo"].values())
-
-
 def test_queued_starts_in_subprocesses():
     from stable_baselines3.common.vec_env import SubprocVecEnv
 

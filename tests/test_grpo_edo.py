@@ -114,18 +114,6 @@ def test_grpo_has_about_half_the_parameters_of_ppo():
     assert 0.4 <= ratio <= 0.6, f"GRPO {n_grpo} vs PPO {n_ppo} parameters: ratio {ratio:.3f}"
 
 
-def test_profile_update_on_edo_uses_dict_policies_and_one_features_pass():
-    from baselines.grpo.policies import MultiInputGRPOPolicy
-    from baselines.grpo.profile_update import build_models, time_updates
-
-    grpo, ppo = build_models("EDO-v0", net_arch=(16,), batch_size=64, n_epochs=1, samples=128, n_envs=2, group_size=2)
-    assert isinstance(grpo.policy, MultiInputGRPOPolicy) and type(ppo.policy).__name__ == "MultiInputActorCriticPolicy"
-    assert grpo.group_mode == "task_id" and grpo._use_masking_now
-    assert grpo.policy.has_static_features  # CombinedExtractor over vector inputs: features extracted once per update
-    result = time_updates(grpo, ppo, repeats=1)
-    assert result["samples"]["ppo"] == 128 and result["samples"]["grpo"] == grpo.rollout_buffer.n_steps > 0
-
-
 @pytest.mark.slow
 def test_grpo_learns_on_edo_easy():
     """~40k steps of Dr. GRPO on EDO-Easy-v0 clearly beat a uniformly random legal policy on held-out tasks."""

@@ -1,6 +1,6 @@
 """Render modes: every registered id renders ``"ansi"``, ``"human"`` and ``"rgb_array"``; ``rgb_array`` frames
 are fixed-size ``uint8`` images of the episode so far, for ``gymnasium.wrappers.RecordVideo`` (their cost against a
-step: ``benchmarks/render_cost.py``);
+step: ``tools/render_cost.py``);
 SB3's ``make_vec_env`` (which asks for ``render_mode="rgb_array"``) works with its defaults; an invalid
 ``render_mode`` raises a ``ValueError`` that names the allowed modes, also inside a vector-env worker."""
 
