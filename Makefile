@@ -98,9 +98,12 @@ WHEEL_CHECK_DIR ?=
 wheel-check: $(STAMP)  ## build the wheel and run it from a fresh venv without the repository
 	BUILD_PYTHON=$(BIN)/python BASE_PYTHON=$(PYTHON) bash tests/wheel_check.sh $(WHEEL_CHECK_DIR)
 
+# ruff, then tools/check_repository_text.py: no tracked text speaks of how the repository was developed (run labels,
+# session talk, commit hashes as provenance); figures cite their command and machine class instead
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python tools/check_repository_text.py
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -325,8 +325,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from baselines.evaluation import format_table
     from baselines.training import check_env_id, evaluate_saved, infer_algo
 
-    # one torch thread for the policy's one-observation passes, as edo train's default (until stop 36 loading the
-    # embedding model set it for the whole process; it no longer touches the process's setting)
+    # one torch thread for the policy's one-observation passes, as edo train's default (loading the embedding model
+    # leaves the process's setting alone)
     torch.set_num_threads(1)
     with contextlib.ExitStack() as stack:
         try:

@@ -1,7 +1,7 @@
 """Pinned seeded GRPO and GiGPO runs on EDO-v0: the buffer contents of two rollouts, the actions taken and the
-parameters after two updates must stay exactly what they were before the rollout-speed changes (issue 12).
+parameters after two updates must stay exactly the pinned digests below.
 
-The digests were computed on commit c882909 (before any change to the rollout code). A change to collection
+A change to collection
 (observation copies, trajectory bookkeeping, action sampling, buffer stacking) that alters what is learned fails
 here. Floats that come out of the network are rounded to 6 decimals before hashing, so that only a real change
 (not a last-bit difference of another BLAS) shows; env outputs (observations, masks, rewards) are hashed exactly.
@@ -101,7 +101,7 @@ def _pinned_run(algo: str) -> dict[str, object]:
     }
 
 
-# computed on c882909 (before the rollout-speed changes)
+# a change that moves one of these digests says which trajectories move and why
 PINNED = {
     "grpo": {
         "num_timesteps": 210,

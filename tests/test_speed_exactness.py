@@ -292,8 +292,8 @@ DIGEST_RUNS: dict[str, tuple[str, dict[str, Any], int, float | None]] = {
     ),
 }
 
-#: sha256 of ``full_run_digest(name)`` per run of ``DIGEST_RUNS``, recorded on commit a9dbe13 (before the step-floor
-#: speed-ups of issue 12): every ``info`` key is hashed.
+#: sha256 of ``full_run_digest(name)`` per run of ``DIGEST_RUNS`` (every ``info`` key is hashed): a speed change to the
+#: env must leave them as they are.
 FULL_RUN_DIGESTS: dict[str, str] = {
     "default-5000": "21adaec8426c054e9acd89be716c700ab648f5464b259120477531f87dd8fafc",
     "options": "37cb8cb44f00fc37d10aacf0dda0c1e85922e2dacc19ce9f4903c3496fb0cd77",

@@ -8,11 +8,11 @@ code as ``make prepare`` leaves it, and each run starts on a fresh copy of it (a
 without the copy, later runs would find more). Both arms run the same hot path: the compiled modules
 (``edo compile``) are build outputs that a new worktree lacks, so when this checkout runs compiled the base's own are
 built in its worktree first, and both arms then run with ``EDO_GYM_COMPILED=on``; otherwise both run pure Python
-(``off``). (Until stop 35 the base arm silently ran pure Python against a compiled head.) Reported: each pair's
+(``off``), so that neither arm is timed on another hot path. Reported: each pair's
 training steps/s and time breakdown, the head / base ratio of training wall time per pair and its median, and whether
 the two arms saved the same policy parameters (an exact speed change trains the same policy, tensor for tensor). Both
-arms get the same arguments: an option of ``make train``'s that the base's ``edo train`` lacks (``--update-threads``,
-added in stop 36) is left out of both, and the results say so.
+arms get the same arguments: an option of ``make train``'s that the base's ``edo train`` lacks (such as
+``--update-threads`` for a base older than that option) is left out of both, and the results say so.
 
 Usage: ``python tools/ab_revisions.py --base REV [--repeats 3] [--timesteps 300000] [--no-reachable]``.
 Results: ``tools/results/ab_revisions.{json,md}`` (or ``--out-dir``).
@@ -85,7 +85,7 @@ def match_hot_paths(worktree: Path, cache_dir: Path) -> dict[str, str]:
 
 def shared_train_args(base_dir: Path, cache_dir: Path) -> tuple[list[str], list[str]]:
     """``make train``'s arguments that the base's ``edo train`` knows, for both arms, and the options left out (an
-    option added after the base, such as ``--update-threads`` in stop 36; its value goes with it)."""
+    option added after the base, such as ``--update-threads``; its value goes with it)."""
     proc = subprocess.run([sys.executable, "-m", "edo_gym.cli", "train", "--help"], cwd=base_dir,
                           env=_arm_env(cache_dir, base_dir), capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
