@@ -84,8 +84,8 @@ def test_a_replay_miss_is_a_clear_error_reported_as_a_failed_call(tmp_path):
 def test_edo_evaluate_with_the_local_model_records_then_replays_offline(tmp_path, capsys):
     """`edo evaluate` takes the backend flags of `edo demo`: a saved policy against the real local model, recorded;
     then the same command in replay mode against a stopped server prints the same table from the cache."""
+    from baselines.cli import main
     from baselines.grpo import GRPO
-    from edo_gym.cli import main
 
     path = tmp_path / "grpo_tiny.zip"
     GRPO("MultiInputPolicy", gym.make("EDO-v0"), seed=0, policy_kwargs={"net_arch": [8]}).save(path)
@@ -134,7 +134,7 @@ def test_edo_evaluate_with_the_local_model_records_then_replays_offline(tmp_path
 
 
 def test_edo_evaluate_rejects_backend_flags_that_cannot_apply(tmp_path, capsys):
-    from edo_gym.cli import main
+    from baselines.cli import main
 
     model = str(tmp_path / "m.zip")
     assert main(["evaluate", model, "--algo", "grpo", "--llm-cache", str(tmp_path)]) == 2

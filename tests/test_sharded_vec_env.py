@@ -14,10 +14,10 @@ from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 import edo_gym  # noqa: E402, F401  (registers the ids)
+from baselines.cli import main  # noqa: E402
 from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
 from baselines.sharded_vec_env import ShardedVecEnv, shard_bounds  # noqa: E402
 from baselines.training import FreshInfoDummyVecEnv, TrainConfig, make_train_env, train  # noqa: E402
-from edo_gym.cli import main  # noqa: E402
 
 
 def _same(x, y) -> bool:

@@ -230,7 +230,7 @@ def test_piece_wise_token_counts_equal_whole_text_counts() -> None:
 
 
 def test_cli_trains_and_evaluates_with_the_static_encoder(tmp_path, capsys, static_env) -> None:
-    from edo_gym.cli import build_parser, main
+    from baselines.cli import build_parser, main
 
     assert build_parser().parse_args(["train"]).retrieval_encoder == "transformer"
     with pytest.raises(SystemExit):

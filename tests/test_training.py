@@ -13,6 +13,7 @@ import torch as th  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
+from baselines.cli import build_parser, main  # noqa: E402
 from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
 from baselines.heuristics import HEURISTICS  # noqa: E402
 from baselines.training import (  # noqa: E402
@@ -29,7 +30,6 @@ from baselines.training import (  # noqa: E402
     make_train_env,
     train,
 )
-from edo_gym.cli import build_parser, main  # noqa: E402
 
 th.set_num_threads(1)
 

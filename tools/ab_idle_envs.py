@@ -37,7 +37,7 @@ import sys
 import baselines.training as training
 if sys.argv[1] == "off":
     del training.FreshInfoDummyVecEnv.step_some  # every env steps on every vector step, as a plain DummyVecEnv
-from edo_gym.cli import main
+from baselines.cli import main
 sys.exit(main(["train", *sys.argv[2:]]))
 """
 

@@ -83,10 +83,16 @@ def match_hot_paths(worktree: Path, cache_dir: Path) -> dict[str, str]:
     return {"mode": "on" if head == base == "compiled" else "off", "base": base, "head": head}
 
 
+def train_cli(code_dir: Path) -> str:
+    """The module that runs ``edo train`` in ``code_dir``: ``baselines.cli``, or ``edo_gym.cli`` in revisions before
+    the training commands moved to ``baselines``."""
+    return "baselines.cli" if (code_dir / "baselines" / "cli.py").is_file() else "edo_gym.cli"
+
+
 def shared_train_args(base_dir: Path, cache_dir: Path) -> tuple[list[str], list[str]]:
     """``make train``'s arguments that the base's ``edo train`` knows, for both arms, and the options left out (an
     option added after the base, such as ``--update-threads``; its value goes with it)."""
-    proc = subprocess.run([sys.executable, "-m", "edo_gym.cli", "train", "--help"], cwd=base_dir,
+    proc = subprocess.run([sys.executable, "-m", train_cli(base_dir), "train", "--help"], cwd=base_dir,
                           env=_arm_env(cache_dir, base_dir), capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"edo train --help in {base_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -109,7 +115,7 @@ def train_once(
     :param train_args: ``edo train``'s arguments (default: ``make train``'s, :data:`TRAIN_ARGS`)
     """
     train_args = TRAIN_ARGS if train_args is None else train_args
-    args = ["-m", "edo_gym.cli", "train", *train_args, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
+    args = ["-m", train_cli(code_dir), "train", *train_args, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
     proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_arm_env(cache_dir, code_dir, hot_path_mode),
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:

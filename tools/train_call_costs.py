@@ -98,7 +98,7 @@ if mode == "train":
     # call the policy (forward): each vector step's pass is counted once, on the path it took
     timed(GRPOPolicy, "forward", "policy forward pass (per vector step)")
     timed(GRPOPolicy, "sample_from_numpy", "policy forward pass (per vector step)", skip_none=True)
-    from edo_gym.cli import main
+    from baselines.cli import main
     rc = main(["train", *opts["train_args"], "--timesteps", str(opts["timesteps"]), "--output-dir", opts["out"]])
     if rc != 0:
         raise SystemExit(f"edo train failed with exit code {rc}")
