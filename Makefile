@@ -76,7 +76,7 @@ COMPAT_VENV := .venv-compat
 COMPAT_PINS := gymnasium==1.2.2 filelock==3.12.2
 COMPAT_LIBS := ray[rllib]==2.60.0 tianshou==2.0.1
 COMPAT_STAMP := $(COMPAT_VENV)/.installed
-COMPAT_ENV_TESTS := tests/test_envs.py tests/test_multiprocess.py tests/test_render.py tests/test_strict_info.py
+COMPAT_ENV_TESTS := tests/env/test_envs.py tests/env/test_multiprocess.py tests/env/test_render.py tests/env/test_strict_info.py
 
 $(COMPAT_STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)

@@ -3,7 +3,7 @@
 ``make train``'s run (GRPO, 16 envs) steps every env of its VecEnv on every vector step, also those whose episodes are
 done while the rollout waits for its last episodes; those steps are never recorded (14% of the env steps of a 300k
 run). With ``step_some`` the idle envs do not step; the trained parameters are the same to the bit
-(``tests/test_training.py``). This script alternates fresh ``edo train`` processes with ``make train``'s arguments
+(``tests/baselines/test_training.py``). This script alternates fresh ``edo train`` processes with ``make train``'s arguments
 and ``--eval-episodes 0``, "off" (``step_some`` removed from the class, so every env steps) then "on", ``--repeats``
 times, on one cache directory prepared as ``make prepare`` leaves it. Reported per arm: training steps/s, CPU
 seconds of the process, env stepping seconds and env steps taken (medians), and the on / off ratios.

@@ -9,7 +9,7 @@ stored). Each process measures, with random legal actions:
 - ``warm``: after ``--warmup`` more steps, ``--windows`` timed windows of ``--steps`` steps, each over a CartPole-v1
   window right after (as ``env_throughput.py``'s ``edo_over_cartpole``).
 
-The option is exact (the same trajectories, ``tests/test_search_cache.py``); this measures what it saves.
+The option is exact (the same trajectories, ``tests/retrieval/test_search_cache.py``); this measures what it saves.
 
 Usage: ``python tools/ab_search_cache.py [--repeats 2]``. Results: ``tools/results/ab_search_cache.{json,md}``.
 """

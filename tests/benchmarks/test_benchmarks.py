@@ -35,7 +35,7 @@ from benchmarks.study import (
     run_studies,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: Keys whose values are measurements of the machine (times, memory) or of the invocation, not results.
 VOLATILE = {"command", "date_utc", "machine", "versions", "wall_time_s", "rollout_s", "update_s", "eval_s", "train_time_s",
             "peak_rss_bytes", "cuda_peak_bytes", "rollout_time_s", "update_time_s", "update_time_per_sample_epoch_s",

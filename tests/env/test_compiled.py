@@ -25,13 +25,13 @@ import pytest
 from edo_gym import compiled
 from edo_gym.compiled import HOT_MODULES, MANIFEST_NAME, source_reason
 
-TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
+TESTS = Path(__file__).resolve().parent  # test_speed_exactness.py, whose digests the subprocesses compute
+ROOT = TESTS.parents[1]
 _EXT = compiled._EXT_SUFFIX
 
 
 def _run(code: str, mode: str | None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS), str(ROOT / "tests")])}
     env.pop(compiled.ENV_VAR, None)
     if mode is not None:
         env[compiled.ENV_VAR] = mode

@@ -137,7 +137,7 @@ def _assert_same(a: list[Any], b: list[Any], name: str) -> None:
 def test_exact_speed_options_leave_trajectories_unchanged(tmp_path, small_world_kwargs, monkeypatch):
     """Same seeds and actions, same rewards and observations: presearch on/off, indexes built at the first reset or
     at the first search, cold cache built in two threads or warm cache, memo caches warm (a second pass) or empty,
-    search results kept on disk or not (tests/test_search_cache.py reads them back in another service)."""
+    search results kept on disk or not (tests/retrieval/test_search_cache.py reads them back in another service)."""
     steps = 600
     monkeypatch.setenv("EDO_GYM_EMBED_THREADS", "2")
     runs: dict[str, list[Any]] = {}

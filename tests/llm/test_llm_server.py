@@ -29,7 +29,7 @@ from edo_gym.llm.client import OpenAIBackend  # noqa: E402
 from edo_gym.llm.errors import LLMTransientError, ReplayMissError  # noqa: E402
 from edo_gym.llm.server import INSTALL_MODEL_HINT, SMOLLM2_NAME, LocalLLMServer, bundled_model_path  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 needs_model = pytest.mark.skipif(bundled_model_path() is None, reason=f"bundled model missing: {INSTALL_MODEL_HINT}")
 
 

@@ -1,5 +1,5 @@
-"""Helper for ``tests/test_sqlite_sharing.py``, run as its own small interpreter (forking the test process, which holds
-torch and chromadb, costs ~70 ms a child): ``python tests/sqlite_race.py llm|runtime PROCESSES ROUNDS DIR``.
+"""Helper for ``tests/retrieval/test_sqlite_sharing.py``, run as its own small interpreter (forking the test process, which holds
+torch and chromadb, costs ~70 ms a child): ``python tests/retrieval/sqlite_race.py llm|runtime PROCESSES ROUNDS DIR``.
 
 Each round, ``PROCESSES`` forked children wait at a barrier, then open one new cache file at once. Prints one line
 per child that failed (its traceback's last line) and exits 1 if any did.

@@ -29,7 +29,7 @@ from edo_gym.retrieval.cache import CacheWarning
 from edo_gym.retrieval.embedder import space_decomposable as store_decomposable
 from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.store import LazyVectors, RetrievalService
-from tests.test_speed_options import _assert_same, _trajectory
+from tests.env.test_speed_options import _assert_same, _trajectory
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.world.language import OP_QUERIES, parse_compute, question, reply_instruction
 from edo_gym.world.queries import NON_ANSWERS, analytics_compute_queries, reachable_queries
 from edo_gym.world.text import ABSTAIN_TEXT, drift
-from tests.test_speed_options import _assert_same, _trajectory
+from tests.env.test_speed_options import _assert_same, _trajectory
 
 
 def _env(small_world_kwargs, cache_dir):

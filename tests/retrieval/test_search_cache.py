@@ -24,7 +24,7 @@ from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.store import query_digest
 from edo_gym.world.queries import reachable_queries
-from tests.test_speed_options import _assert_same, _trajectory
+from tests.env.test_speed_options import _assert_same, _trajectory
 
 
 def _env(small_world_kwargs, cache_dir, **retrieval):

@@ -19,14 +19,14 @@ import pytest
 from edo_gym._sqlite import is_locked, retry_locked, set_wal
 
 PROCESSES, ROUNDS = 8, 20
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("kind", ["llm", "runtime"])
 def test_processes_opening_a_new_cache_file_together_all_succeed(tmp_path, kind):
     """8 processes open one new file at once, 20 times: on the old code most runs of this test failed."""
     proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "sqlite_race.py"), kind, str(PROCESSES), str(ROUNDS), str(tmp_path)],
+        [sys.executable, str(Path(__file__).with_name("sqlite_race.py")), kind, str(PROCESSES), str(ROUNDS), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -130,8 +130,8 @@ def test_static_mode_keeps_search_results_on_disk_with_the_same_trajectories(sta
     """The run-time cache keeps search results (and token counts) for the static encoder too, in a database of its
     own, not its query vectors: trajectories are equal with it off, searched and stored, and read back by another
     service, which then queries no index; ``search_reachable_queries`` stores what one-at-a-time searches find."""
-    from tests.test_search_cache import assert_stored_as_searched
-    from tests.test_speed_options import _assert_same, _trajectory
+    from tests.env.test_speed_options import _assert_same, _trajectory
+    from tests.retrieval.test_search_cache import assert_stored_as_searched
 
     for name in ("off", "on"):
         _copy_static_model(static_env, tmp_path / name)
