@@ -49,9 +49,8 @@ prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk cache
 	$(BIN)/edo prepare
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here), then the
-# held-out table next to the heuristics. Measured on 2 CPU cores, evaluation included: about 1 min in fresh clones
-# (README Quickstart), 2-4 min in earlier releases or under load from other jobs; at the slowest throughput seen
-# (~750 steps/s) it would take about 7 min.
+# held-out table next to the heuristics: about 35 s of training and a minute in all on a 2-core x86-64 CPU with a
+# warm embedding cache (README, Quickstart); a first run on a machine also embeds the corpus.
 # Override with e.g. `make train TRAIN_ARGS="--seed 1 --no-progress"`.
 TRAIN_ARGS ?=
 train: $(BUILT)  ## train GRPO on EDO-v0 (300k steps), save runs/grpo_EDO-v0_0.zip, print the held-out table
@@ -71,7 +70,7 @@ test-all: $(BUILT)
 # The oldest gymnasium and filelock that setup.cfg admits, beside RLlib and Tianshou: ray[rllib] 2.60 pins gymnasium
 # 1.2.2; tianshou 2.0.1 needs virtualenv<21, which needs filelock>=3.12.2,<4. The venv uses constraints.txt with
 # COMPAT_PINS in place of its gymnasium/filelock lines. Runs the fast env, retrieval-lock, render and info tests, then
-# all Other-libraries tests (README snippets for PyTorch, Tianshou and RLlib; examples/train_rllib.py).
+# all Other-libraries tests (the snippets of docs/other_libraries.md for PyTorch, Tianshou and RLlib; examples/train_rllib.py).
 COMPAT_VENV := .venv-compat
 COMPAT_PINS := gymnasium==1.2.2 filelock==3.12.2
 COMPAT_LIBS := ray[rllib]==2.60.0 tianshou==2.0.1

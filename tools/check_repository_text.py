@@ -24,11 +24,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: Rules applied to every tracked text file: (name, pattern).
+#: Rules applied to every tracked text file: (name, pattern). Whitespace may be a line break, so that a phrase split
+#: over two lines of a paragraph is found too.
 EVERYWHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("run label", re.compile(r"(?<![a-z])stop[ _-]?\d+\b", re.I)),
-    ("session talk", re.compile(r"\b(this|that|last|previous|earlier) session\b|\bsession \d+\b", re.I)),
-    ("who measured", re.compile(r"\b(a run|runs|measurements?) of mine\b|\bI (measured|ran|wrote|timed|tried|found)\b")),
+    ("run label", re.compile(r"(?<![a-z])stop(?:[_-]|\s+)?\d+\b", re.I)),
+    ("session talk", re.compile(r"\b(this|that|last|previous|earlier)\s+session\b|\bsession\s+\d+\b", re.I)),
+    (
+        "who measured",
+        re.compile(r"\b(a\s+run|runs|measurements?)\s+of\s+mine\b|\bI\s+(measured|ran|wrote|timed|tried|found)\b"),
+    ),
     ("scratch path", re.compile(r"/work/scratch/|/work/main/")),
 )
 #: Rules for documentation and code only (result files record their revision and date as metadata).
@@ -37,7 +41,13 @@ OUTSIDE_RESULTS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "commit as provenance",
         re.compile(r"\b(at|on|commit|revision|before|after)\s+`?(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"),
     ),
-    ("clock time", re.compile(r"\b\d{2}:\d{2}(-\d{2}:\d{2})? UTC\b")),
+    ("commit as provenance", re.compile(r"\bcommit\s+`?[0-9a-f]{7,40}\b")),
+    ("branch as provenance", re.compile(r"\b(on|of|in) branch\s+[\w./-]+")),
+    ("clock time", re.compile(r"\b\d{2}:\d{2}(-\d{2}:\d{2})?\s+UTC\b")),
+)
+#: Rules for prose (Markdown outside result files): a bare abbreviated commit hash, e.g. "(a1948e5)".
+PROSE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("commit hash", re.compile(r"(?<![\w/.#-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,10}(?![\w/.-])")),
 )
 #: Rules for tracked paths (file and directory names).
 PATH_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -58,14 +68,16 @@ def tracked_files(repo: Path = REPO) -> list[str]:
 
 def check_text(path: str, text: str) -> list[str]:
     """Findings in one file's ``text``, each as ``path:line: rule: excerpt``."""
-    rules = EVERYWHERE if path.startswith(RESULT_DIRS) else EVERYWHERE + OUTSIDE_RESULTS
+    in_results = path.startswith(RESULT_DIRS)
+    rules = EVERYWHERE if in_results else EVERYWHERE + OUTSIDE_RESULTS
+    if path.endswith(".md") and not in_results:
+        rules += PROSE
     findings = []
-    for number, line in enumerate(text.splitlines(), 1):
-        for name, pattern in rules:
-            match = pattern.search(line)
-            if match:
-                start = max(match.start() - 40, 0)
-                findings.append(f"{path}:{number}: {name}: ...{line[start : match.end() + 40].strip()}...")
+    for name, pattern in rules:
+        for match in pattern.finditer(text):
+            number = text.count("\n", 0, match.start()) + 1
+            excerpt = " ".join(text[max(match.start() - 40, 0) : match.end() + 40].split())
+            findings.append(f"{path}:{number}: {name}: ...{excerpt}...")
     return findings
 
 

@@ -1,4 +1,4 @@
-"""Single-run diagnostics behind statements in the README: one training run, one evaluation, one JSON file.
+"""Single-run diagnostics behind statements in docs/benchmarks.md: one training run, one evaluation, one JSON file.
 
 They answer "why" questions about the benchmark results, one seed at a time, so they are cheap probes and not
 studies (no seeds grid, no intervals over seeds):

@@ -477,7 +477,7 @@ def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
 
 def test_sim_to_real_simulated_column_is_resumable_and_compares_backends(tmp_path):
     """The simulated half of benchmarks/sim_to_real.py end to end (the real half needs the model server: it is
-    exercised by the README command), then the summary with a real column written as the records would be."""
+    exercised by the command in docs/benchmarks.md), then the summary with a real column written as the records would be."""
     import gymnasium as gym
 
     import edo_gym  # noqa: F401

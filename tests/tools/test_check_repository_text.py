@@ -27,6 +27,8 @@ def test_no_tracked_file_speaks_of_how_it_was_developed():
         "the env code at 1a4df85 is faster",
         "recorded on commit a9dbe13",
         "between 03:49-03:51 UTC",
+        "searches per 20,000 steps (a1948e5), against 10-30",
+        "a run label split over lines, stop\n36, is found too",
     ],
 )
 def test_development_talk_is_found(text):
@@ -37,7 +39,7 @@ def test_development_talk_is_found(text):
     "text",
     [
         "python benchmarks/env_throughput.py --cold-repeats 3 (2-core x86-64 CPU)",
-        "sha256 a9dbe13f00 of the digest",
+        "the digest starts with a9dbe13f00c1e2d4",
         "the suite goes on after an interruption or in a later session",
         "early stopping after 3 evaluations",
     ],
