@@ -21,8 +21,8 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 install: $(STAMP) $(BUILT)
 
 # The env's hot modules built with Cython (`edo compile`; edo_gym/compiled.py): the same source, so the same
-# trajectories (tested); a warm step alone took 0.885 of pure Python's time (benchmarks/results/ab_compiled.md), no
-# measurable change inside `make train` on 2 cores (README, "Compiled hot path"). Rebuilds only modules whose source
+# trajectories (tested); a warm step alone took 0.96 of pure Python's time (median of 7 alternated rounds,
+# tools/results/ab_compiled.md), no measurable change inside `make train` on 2 cores (docs/performance.md). Rebuilds only modules whose source
 # changed; a build whose source changed since is never used (that module runs from source, with a warning). Without a
 # C compiler the build fails with a message and everything runs as pure Python. EDO_GYM_COMPILED=off: pure Python.
 # the build itself imports edo_gym: under EDO_GYM_COMPILED=on that import would refuse the stale modules it rebuilds
@@ -49,9 +49,8 @@ prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk cache
 	$(BIN)/edo prepare
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here), then the
-# held-out table next to the heuristics. Measured on 2 CPU cores, evaluation included: about 1 min in fresh clones
-# (README Quickstart), 2-4 min in earlier releases or under load from other jobs; at the slowest throughput seen
-# (~750 steps/s) it would take about 7 min.
+# held-out table next to the heuristics: about 35 s of training and a minute in all on a 2-core x86-64 CPU with a
+# warm embedding cache (README, Quickstart); a first run on a machine also embeds the corpus.
 # Override with e.g. `make train TRAIN_ARGS="--seed 1 --no-progress"`.
 TRAIN_ARGS ?=
 train: $(BUILT)  ## train GRPO on EDO-v0 (300k steps), save runs/grpo_EDO-v0_0.zip, print the held-out table
@@ -71,12 +70,12 @@ test-all: $(BUILT)
 # The oldest gymnasium and filelock that setup.cfg admits, beside RLlib and Tianshou: ray[rllib] 2.60 pins gymnasium
 # 1.2.2; tianshou 2.0.1 needs virtualenv<21, which needs filelock>=3.12.2,<4. The venv uses constraints.txt with
 # COMPAT_PINS in place of its gymnasium/filelock lines. Runs the fast env, retrieval-lock, render and info tests, then
-# all Other-libraries tests (README snippets for PyTorch, Tianshou and RLlib; examples/train_rllib.py).
+# all Other-libraries tests (the snippets of docs/other_libraries.md for PyTorch, Tianshou and RLlib; examples/train_rllib.py).
 COMPAT_VENV := .venv-compat
 COMPAT_PINS := gymnasium==1.2.2 filelock==3.12.2
 COMPAT_LIBS := ray[rllib]==2.60.0 tianshou==2.0.1
 COMPAT_STAMP := $(COMPAT_VENV)/.installed
-COMPAT_ENV_TESTS := tests/test_envs.py tests/test_multiprocess.py tests/test_render.py tests/test_strict_info.py
+COMPAT_ENV_TESTS := tests/env/test_envs.py tests/env/test_multiprocess.py tests/env/test_render.py tests/env/test_strict_info.py
 
 $(COMPAT_STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
@@ -98,9 +97,12 @@ WHEEL_CHECK_DIR ?=
 wheel-check: $(STAMP)  ## build the wheel and run it from a fresh venv without the repository
 	BUILD_PYTHON=$(BIN)/python BASE_PYTHON=$(PYTHON) bash tests/wheel_check.sh $(WHEEL_CHECK_DIR)
 
+# ruff, then tools/check_repository_text.py: no tracked text speaks of how the repository was developed (run labels,
+# session talk, commit hashes as provenance); figures cite their command and machine class instead
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python tools/check_repository_text.py
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -50,7 +50,7 @@ def train_run(seed: int, update_threads: int, timesteps: int, out_dir: Path) -> 
     with tempfile.TemporaryDirectory() as tmp:
         args = [*TRAIN_ARGS, "--timesteps", str(timesteps), "--seed", str(seed), "--update-threads", str(update_threads),
                 "--output-dir", tmp]  # fmt: skip
-        proc = subprocess.run([sys.executable, "-m", "edo_gym.cli", "train", *args], cwd=REPO, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "baselines.cli", "train", *args], cwd=REPO, capture_output=True,
                               text=True)  # fmt: skip
         if proc.returncode != 0:
             raise SystemExit(f"edo train (seed {seed}, update threads {update_threads}) failed ({proc.returncode}):\n"

@@ -1,7 +1,7 @@
 """Fairness check: does PPO / MaskablePPO catch up with GRPO when *they* get a few hyperparameter settings too?
 
-GRPO's ``make train`` settings were picked after trying about eight settings on EDO-v0 (see README,
-"What we learned tuning GRPO"); the main benchmark gives PPO and MaskablePPO the same shared settings, which
+GRPO's ``make train`` settings were picked after trying about eight settings on EDO-v0 (see
+baselines/grpo/NOTES.md); the main benchmark gives PPO and MaskablePPO the same shared settings, which
 were not tuned for them. This study tries a comparable handful of PPO settings, including SB3's own defaults,
 at the same budget, and reports them beside the shared-settings runs. It picks nothing automatically: it
 prints every setting's held-out success.

@@ -130,7 +130,7 @@ def train_rate(cache_dir: Path, out_dir: Path, timesteps: int, extra_args: list[
     cmd = [
         sys.executable,
         "-m",
-        "edo_gym.cli",
+        "baselines.cli",
         "train",
         *TRAIN_ARGS,
         *extra_args,

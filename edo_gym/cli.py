@@ -1,6 +1,11 @@
-"""``edo`` command line: ``edo demo`` (heuristic policies on EDO-v0), ``edo prepare`` (embed ahead of time what runs
-will need), ``edo train`` (GRPO / PPO / MaskablePPO, then the held-out evaluation table) and ``edo evaluate PATH`` (a
-saved model next to the heuristics)."""
+"""``edo`` command line, the env's commands: ``edo prepare`` (embed ahead of time what runs will need), ``edo compile``
+(the env's hot modules built with Cython) and ``edo serve-llm`` (a local model server), plus the flags that choose an
+env's LLM backend and retrieval encoder, which the training commands share.
+
+The ``edo`` console script is :func:`baselines.cli.main`: it adds ``edo demo``, ``edo train`` and ``edo evaluate``
+(policies and algorithms live in ``baselines``, which depends on ``edo_gym``, never the other way round).
+``python -m edo_gym.cli`` runs the env's commands alone.
+"""
 
 from __future__ import annotations
 
@@ -12,33 +17,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from edo_gym.argtypes import count, non_negative_float, non_negative_int, parse_int, positive_float, positive_int
+from edo_gym.argtypes import count, positive_float, positive_int
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-
-_positive_int, _parse_int, _count = positive_int, parse_int, count
-_non_negative_int, _positive_float, _non_negative_float = non_negative_int, positive_float, non_negative_float
-
-
-def _net_arch(text: str) -> list[int]:
-    """``"64,64"`` -> ``[64, 64]``; ``""`` or ``"none"`` -> ``[]`` (linear policy)."""
-    if text.strip().lower() in ("", "none"):
-        return []
-    try:
-        sizes = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers like 64,64, got {text!r}") from None
-    if any(size < 1 for size in sizes):
-        raise argparse.ArgumentTypeError(f"layer sizes must be positive, got {text!r}")
-    return sizes
-
-
-def _batch_size(text: str) -> int | None:
-    if text.strip().lower() in ("none", "all"):
-        return None
-    return _count(text)
+_positive_int, _count, _positive_float = positive_int, count, positive_float
 
 
 def _agent_model(text: str) -> tuple[str, str]:
@@ -49,7 +33,7 @@ def _agent_model(text: str) -> tuple[str, str]:
     return name.strip(), model.strip()
 
 
-def _llm_backend(args: argparse.Namespace, stack: contextlib.ExitStack) -> Any:
+def llm_backend_from_args(args: argparse.Namespace, stack: contextlib.ExitStack) -> Any:
     """The LLM backend the flags ask for (``None``: the simulated default), started and cached as asked."""
     if args.backend == "simulated":
         if args.agent_model:
@@ -96,56 +80,6 @@ def _llm_backend(args: argparse.Namespace, stack: contextlib.ExitStack) -> Any:
     return backend
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from baselines.evaluation import evaluate_heuristic, format_table, heldout_task_ids, make_eval_env
-    from baselines.heuristics import HEURISTICS, make_heuristic
-
-    t0 = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        try:
-            backend = _llm_backend(args, stack)
-        except (ValueError, FileNotFoundError) as exc:
-            print(f"edo demo: error: {exc}", file=sys.stderr)
-            return 2
-        names = args.policies or list(HEURISTICS) + (["llm_router"] if backend is not None else [])
-        unknown = sorted(set(names) - set(HEURISTICS) - {"llm_router"})
-        if unknown:
-            print(
-                f"edo demo: error: unknown policies {unknown}; choose from {sorted(HEURISTICS) + ['llm_router']}",
-                file=sys.stderr,
-            )
-            return 2
-        print(f"Building the default world, corpus embeddings and chromadb collections for {args.env} ...", flush=True)
-        kwargs: dict[str, Any] = {"info_text": "llm_router" in names, **_retrieval_kwargs(args)}
-        if backend is not None:
-            kwargs["backend"] = backend
-        env = make_eval_env(args.env, **kwargs)
-        print(f"  ready in {time.perf_counter() - t0:.1f} s (embedding cache: warm runs skip the embedding)", flush=True)
-        task_ids = heldout_task_ids(env, args.episodes)
-        results = []
-        for name in names:
-            if name == "llm_router":
-                from baselines.llm_router import LLMRouter
-
-                if backend is None:
-                    print("edo demo: error: llm_router needs a language model: --backend openai or local", file=sys.stderr)
-                    return 2
-                policy: Any = LLMRouter(backend, env.unwrapped.action_names, seed=args.seed)
-            else:
-                policy = make_heuristic(name)
-            results.append(evaluate_heuristic(policy, env, task_ids, seed=args.seed, progress=True))
-        where = "simulated backend" if backend is None else f"{args.backend} backend"
-        print(f"\nHeuristic policies on {args.env}, {len(task_ids)} held-out tasks (test split), seed {args.seed}, {where}:\n")
-        print(format_table(results))
-        print("\nSuccess by task family:")
-        for r in results:
-            fams = ", ".join(f"{f} {s:.2f}" for f, s in r.success_by_family.items())
-            print(f"  {r.policy:16s} {fams}")
-        if backend is not None:
-            print(str(backend.counts))
-    return 0
-
-
 def cmd_prepare(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
@@ -154,7 +88,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        env = gym.make(args.env, **_retrieval_kwargs(args))
+        env = gym.make(args.env, **retrieval_kwargs(args))
     except gym.error.Error as exc:
         print(f"edo prepare: error: {exc}", file=sys.stderr)
         return 2
@@ -226,145 +160,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return compiled.main()
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from baselines.training import TrainConfig, check_env_id, train
-
-    try:
-        check_env_id(args.env)
-        cfg = TrainConfig(
-            algo=args.algo,
-            env_id=args.env,
-            total_timesteps=args.timesteps,
-            seed=args.seed,
-            n_envs=args.n_envs,
-            net_arch=args.net_arch,
-            learning_rate=args.learning_rate,
-            ent_coef=args.ent_coef,
-            batch_size=args.batch_size,
-            n_epochs=args.n_epochs,
-            group_size=args.group_size,
-            groups_per_rollout=args.groups_per_rollout,
-            normalize_std=args.normalize_std,
-            scale_rewards=args.scale_rewards,
-            loss_type=args.loss_type,
-            step_advantage_weight=args.step_advantage_weight,
-            filter_on=args.filter_on,
-            dynamic_sampling=args.dynamic_sampling,
-            n_steps=args.n_steps,
-            output_dir=args.output_dir,
-            tensorboard_log=args.tensorboard_dir,
-            eval_episodes=args.eval_episodes,
-            eval_seed=args.eval_seed,
-            progress_bar=not args.no_progress,
-            vec_env=args.vec_env,
-            vec_workers=args.vec_workers,
-            torch_threads=args.torch_threads,
-            update_threads=args.update_threads,
-            gc_freeze=not args.no_gc_freeze,
-            verbose=args.verbose,
-            env_kwargs=_retrieval_kwargs(args),
-        )
-    except ValueError as exc:
-        print(f"edo train: error: {exc}", file=sys.stderr)
-        return 2
-    arch = ",".join(map(str, cfg.net_arch)) or "linear"
-    print(
-        f"Training {cfg.algo} on {cfg.env_id}: {cfg.total_timesteps} steps, seed {cfg.seed}, {cfg.n_envs} envs, net_arch {arch}",
-        flush=True,
-    )
-    t0 = time.perf_counter()
-    _, result = train(cfg)
-    print(
-        f"Trained {result.num_timesteps} steps in {result.train_wall_s:.1f} s ({result.steps_per_s:.0f} steps/s), "
-        f"{result.n_params} policy parameters; saved {result.model_path}",
-        flush=True,
-    )
-    if result.time_breakdown:
-        from baselines.training import format_time_breakdown
-
-        print(f"Where the training time went: {format_time_breakdown(result.time_breakdown)}", flush=True)
-        env_s, total_s = result.time_breakdown.get("env_s", 0.0), result.time_breakdown.get("total_s", 0.0)
-        recorded = result.num_timesteps
-        env_steps = max(int(result.time_breakdown.get("env_steps", 0)), recorded)
-        if env_steps > recorded:  # GRPO/GiGPO step every env, also those idle at the end of a rollout
-            idle = env_steps - recorded
-            print(
-                f"The training envs took {env_steps:,} steps for {recorded:,} recorded ones: {idle:,} ({idle / env_steps:.0%}) "
-                "were steps of envs left idle at the end of a rollout while its last episodes finished",
-                flush=True,
-            )
-        if env_s > 0 and total_s > 0:  # the env's own rate in this run: its steps over the time spent inside the VecEnv
-            print(
-                f"The training envs stepped at {env_steps / env_s:.0f} steps/s on their own; training ran at "
-                f"{(recorded / total_s) / (env_steps / env_s):.2f}x that rate",
-                flush=True,
-            )
-    if result.results:
-        print(
-            f"\n{cfg.algo} vs heuristics on {cfg.env_id}, {result.results[-1].episodes} held-out tasks (test split), "
-            f"eval seed {cfg.eval_seed} (evaluation {result.eval_wall_s:.1f} s):\n"
-        )
-        print(result.table)
-        by_name = {r.policy: r for r in result.results}
-        if "static_pipeline" in by_name:
-            learned, static = by_name[cfg.algo], by_name["static_pipeline"]
-            clearly = learned.success_ci95[0] > static.success_ci95[1]
-            verdict = "beats" if clearly else "does not clearly beat"
-            detail = "95% intervals disjoint" if clearly else "95% intervals overlap"
-            print(
-                f"\n{cfg.algo} success {learned.success_rate:.3f} {verdict} "
-                f"the static pipeline's {static.success_rate:.3f} ({detail})"
-            )
-    print(f"\nTotal wall time {time.perf_counter() - t0:.1f} s", flush=True)
-    return 0
-
-
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    import torch
-
-    from baselines.evaluation import format_table
-    from baselines.training import check_env_id, evaluate_saved, infer_algo
-
-    # one torch thread for the policy's one-observation passes, as edo train's default (until stop 36 loading the
-    # embedding model set it for the whole process; it no longer touches the process's setting)
-    torch.set_num_threads(1)
-    with contextlib.ExitStack() as stack:
-        try:
-            check_env_id(args.env)
-            algo = args.algo or infer_algo(args.path)
-            backend = _llm_backend(args, stack)
-            env_kwargs = _retrieval_kwargs(args) if backend is None else {"backend": backend, **_retrieval_kwargs(args)}
-            results = evaluate_saved(
-                args.path,
-                args.env,
-                args.episodes,
-                seed=args.seed,
-                algo=algo,
-                heuristics=not args.no_heuristics,
-                progress=True,
-                env_kwargs=env_kwargs,
-            )
-        except (FileNotFoundError, ValueError) as exc:
-            print(f"edo evaluate: error: {exc}", file=sys.stderr)
-            return 2
-        where = "simulated backend" if backend is None else f"{args.backend} backend"
-        print(
-            f"\n{algo} model {args.path} on {args.env}, {results[-1].episodes} held-out tasks (test split), "
-            f"seed {args.seed}, {where}:\n"
-        )
-        print(format_table(results))
-        if backend is not None:
-            print(str(backend.counts))
-    return 0
-
-
-def _retrieval_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def retrieval_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Env kwargs for ``--retrieval-encoder`` (none for the default, so the env's own defaults apply)."""
     encoder = getattr(args, "retrieval_encoder", "transformer")
     return {} if encoder == "transformer" else {"retrieval": {"encoder": encoder}}
 
 
-def _add_retrieval_arg(p: argparse.ArgumentParser) -> None:
+def add_retrieval_arg(p: argparse.ArgumentParser) -> None:
     from edo_gym.config import RETRIEVAL_ENCODERS
 
     p.add_argument("--retrieval-encoder", choices=RETRIEVAL_ENCODERS, default="transformer",
@@ -373,7 +175,7 @@ def _add_retrieval_arg(p: argparse.ArgumentParser) -> None:
                    "embedding; a model must be evaluated with the encoder it was trained with)")  # fmt: skip
 
 
-def _add_backend_args(p: argparse.ArgumentParser) -> None:
+def add_backend_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("language models (planner, workers, verifiers; default: the seeded simulator)")
     g.add_argument("--backend", choices=("simulated", "openai", "local"), default="simulated",
                    help="simulated (default); openai: any OpenAI-compatible server at --base-url; local: start the bundled "
@@ -393,20 +195,8 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
                    "an error), read-through (read the cache, ask the server on a miss, write nothing), off")  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edo", description="EDO-Gym: learned orchestration of multi-agent LLM systems")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the heuristic policies on an EDO env and print their table")
-    demo.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
-    demo.add_argument("--episodes", type=_positive_int, default=300, help="held-out tasks to evaluate (default: 300)")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument(
-        "--policies", nargs="+", default=None, help="policies to run (default: all heuristics, + llm_router with an LLM)"
-    )
-    _add_backend_args(demo)
-    _add_retrieval_arg(demo)
-    demo.set_defaults(func=cmd_demo)
-
+def add_prepare_command(sub: Any) -> argparse.ArgumentParser:
+    """Register ``edo prepare`` on an ``argparse`` subparsers object."""
     prep = sub.add_parser(
         "prepare",
         help="embed ahead of time what an env's runs will need (corpus, canonical queries, task texts, reachable queries)",
@@ -419,9 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prep.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
     prep.add_argument("--no-reachable", action="store_true", help="skip the reachable queries")
-    _add_retrieval_arg(prep)
+    add_retrieval_arg(prep)
     prep.set_defaults(func=cmd_prepare)
 
+    return prep
+
+
+def add_compile_command(sub: Any) -> argparse.ArgumentParser:
+    """Register ``edo compile`` on an ``argparse`` subparsers object."""
     comp = sub.add_parser(
         "compile",
         help="build the env's hot modules with Cython (same source, same trajectories, faster steps)",
@@ -438,103 +233,22 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--no-progress", action="store_true", help="no progress bar")
     comp.set_defaults(func=cmd_compile)
 
-    from baselines.training import ALGOS, VEC_ENV_KINDS, TrainConfig
+    return comp
 
-    d = TrainConfig()  # the defaults (the tuned `make train` run)
-    tr = sub.add_parser(
-        "train",
-        help="train GRPO / PPO / MaskablePPO on an EDO env, save it, evaluate it next to the heuristics",
-        description="Train on the env's train split, save OUTPUT_DIR/<algo>_<env>_<seed>.zip, then evaluate the model "
-        "and the heuristic policies on the first EVAL_EPISODES held-out (test split) tasks.",
-    )
-    dft = " (default: %(default)s)"
-    tr.add_argument("--algo", choices=ALGOS, default=d.algo, help="algorithm; ppo = stock PPO without action masks" + dft)
-    tr.add_argument("--env", default=d.env_id, help="registered env id" + dft)
-    tr.add_argument("--timesteps", type=_count, default=d.total_timesteps, help="env steps to train on" + dft)
-    tr.add_argument("--seed", type=_non_negative_int, default=d.seed, help="training seed" + dft)
-    tr.add_argument("--n-envs", type=_count, default=d.n_envs, help="parallel training envs (DummyVecEnv)" + dft)
-    tr.add_argument(
-        "--net-arch",
-        type=_net_arch,
-        default=d.net_arch,
-        help=f"hidden layer sizes, comma-separated, e.g. 64,64 (default: {','.join(map(str, d.net_arch))})",
-    )
-    tr.add_argument("--learning-rate", "--lr", type=_positive_float, default=d.learning_rate, help="Adam step size" + dft)
-    tr.add_argument("--ent-coef", type=_non_negative_float, default=d.ent_coef, help="entropy bonus coefficient" + dft)
-    tr.add_argument(
-        "--batch-size", type=_batch_size, default=d.batch_size, help="minibatch size in steps; 'all': GRPO only" + dft
-    )
-    tr.add_argument("--n-epochs", type=_count, default=d.n_epochs, help="passes over each rollout" + dft)
-    tr.add_argument("--group-size", type=_count, default=d.group_size, help="GRPO: episodes per group, >= 2" + dft)
-    tr.add_argument("--groups-per-rollout", type=_count, default=d.groups_per_rollout, help="GRPO: groups per update" + dft)
-    norm = tr.add_mutually_exclusive_group()
-    norm.add_argument(
-        "--no-std-normalization",
-        dest="normalize_std",
-        action="store_false",
-        help="GRPO: only centre each group's returns (Dr. GRPO)" + (" (the default)" if not d.normalize_std else ""),
-    )
-    norm.add_argument(
-        "--std-normalization",
-        dest="normalize_std",
-        action="store_true",
-        help="GRPO: also divide by the group's return std (standard GRPO)" + (" (the default)" if d.normalize_std else ""),
-    )
-    tr.set_defaults(normalize_std=d.normalize_std)
-    from baselines.grpo.advantages import SCALE_REWARDS
-    from baselines.grpo.buffers import LOSS_TYPES
 
-    tr.add_argument("--scale-rewards", choices=SCALE_REWARDS, default=d.scale_rewards,
-                    help="GRPO/GiGPO advantage scaling (TRL's scale_rewards): group std, batch std or none (Dr. GRPO); "
-                    "overrides the --std-normalization flags (default: from them)")  # fmt: skip
-    tr.add_argument(
-        "--loss-type", choices=LOSS_TYPES, default=d.loss_type, help="GRPO/GiGPO loss aggregation (TRL's loss_type)" + dft
-    )
-    tr.add_argument("--step-advantage-weight", type=_non_negative_float, default=d.step_advantage_weight,
-                    help="GiGPO: weight of the step-level (anchor-state) advantage" + dft)  # fmt: skip
-    tr.add_argument("--filter-on", choices=("return", "success"), default=d.filter_on,
-                    help="GRPO/GiGPO tie filter: groups whose returns tie, or (success) whose members all succeeded or "
-                    "all failed, DAPO's criterion" + dft)  # fmt: skip
-    tr.add_argument("--dynamic-sampling", action="store_true",
-                    help="GRPO/GiGPO: draw more groups until groups_per_rollout are informative (DAPO), up to 4x")  # fmt: skip
-    tr.add_argument("--n-steps", type=_count, default=d.n_steps, help="PPO/MaskablePPO: steps per env per rollout" + dft)
-    tr.add_argument("--output-dir", default=d.output_dir, help="where <algo>_<env>_<seed>.zip and .json go" + dft)
-    tr.add_argument("--tensorboard-dir", default=d.tensorboard_log, help="TensorBoard log dir (default: no logging)")
-    tr.add_argument("--eval-episodes", type=_non_negative_int, default=d.eval_episodes, help="held-out tasks, 0: skip" + dft)
-    tr.add_argument("--eval-seed", type=_non_negative_int, default=d.eval_seed, help="evaluation seed" + dft)
-    tr.add_argument("--vec-env", choices=VEC_ENV_KINDS, default=d.vec_env,
-                    help="training VecEnv: dummy (one process), subproc (one process per env), shards (a shard of the "
-                         "envs in this process and one in each of --vec-workers processes; the same training as dummy)"
-                         + dft)  # fmt: skip
-    tr.add_argument("--vec-workers", type=_count, default=None,
-                    help="--vec-env shards: worker processes besides this one (default: the CPU count less one, at least 1)")  # fmt: skip
-    tr.add_argument("--torch-threads", type=_count, default=d.torch_threads,
-                    help="torch intra-op threads of the training process (torch does not promise bit-identical results "
-                         "across thread counts)" + dft)  # fmt: skip
-    tr.add_argument("--update-threads", type=_count, default=d.update_threads,
-                    help="torch intra-op threads during each update, restored for the rollout (default: "
-                         "--torch-threads throughout; make train uses 2; results differ by float rounding)")  # fmt: skip
-    tr.add_argument("--no-progress", action="store_true", help="no progress bars")
-    tr.add_argument("--no-gc-freeze", action="store_true",
-                    help="do not gc.freeze() at each rollout start (the same results; for timing comparisons)")  # fmt: skip
-    tr.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d.verbose, help="SB3 log verbosity" + dft)
-    _add_retrieval_arg(tr)
-    tr.set_defaults(func=cmd_train)
-
-    ev = sub.add_parser("evaluate", help="evaluate a saved model next to the heuristics on held-out tasks")
-    ev.add_argument("path", help="a model saved by `edo train` (.zip)")
-    ev.add_argument("--algo", choices=ALGOS, default=None, help="algorithm of the model (default: read from the zip)")
-    ev.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
-    ev.add_argument("--episodes", type=_count, default=200, help="held-out tasks to evaluate (default: 200)")
-    ev.add_argument("--seed", type=_non_negative_int, default=0)
-    ev.add_argument("--no-heuristics", action="store_true", help="evaluate only the model")
-    _add_backend_args(ev)
-    _add_retrieval_arg(ev)
-    ev.set_defaults(func=cmd_evaluate)
-
+def add_env_commands(sub: Any) -> None:
+    """Register the env's commands (``prepare``, ``compile``, ``serve-llm``) on an ``argparse`` subparsers object."""
     from edo_gym.llm.server import add_serve_llm_parser  # stdlib only; xllamacpp is imported when serving
 
+    add_prepare_command(sub)
+    add_compile_command(sub)
     add_serve_llm_parser(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The env's commands alone (``python -m edo_gym.cli``); the ``edo`` script's parser is ``baselines.cli``'s."""
+    parser = argparse.ArgumentParser(prog="edo", description="EDO-Gym: the env's commands (prepare, compile, serve-llm)")
+    add_env_commands(parser.add_subparsers(dest="command", required=True))
     return parser
 
 

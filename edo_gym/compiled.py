@@ -4,8 +4,9 @@
 with the system's C compiler into extension modules beside their ``.py`` files. Python imports an extension module
 before a source file of the same name, so the next ``import edo_gym`` steps the env with them. The source is the
 same, so the trajectories are the same (the stored-digest runs, every observation, reward and ``info`` hashed, pass
-compiled and with ``EDO_GYM_COMPILED=off``). A warm step alone took 0.885 of pure Python's time in alternated windows on a 2-core AMD EPYC
-(``benchmarks/ab_compiled.py``); inside ``make train`` the env's time did not measurably change (see the README).
+compiled and with ``EDO_GYM_COMPILED=off``). A warm step alone took 0.96 of pure Python's time (median of 7
+alternated rounds on a 2-core x86-64 CPU, ``python tools/ab_compiled.py --rounds 7``); inside ``make train`` the env's
+time did not measurably change (docs/performance.md).
 
 The build writes ``edo_gym/_compiled.json``: each built module with the SHA-256 of the source it was built from. At
 import, a finder (installed by ``import edo_gym``) sends a module back to its ``.py`` file, with a warning, when its

@@ -1,4 +1,4 @@
-"""The README's "Other libraries" snippets run verbatim, and ``examples/train_rllib.py`` trains one iteration.
+"""The snippets of docs/other_libraries.md run verbatim, and ``examples/train_rllib.py`` trains one iteration.
 
 The plain-PyTorch snippet needs only the core dependencies and runs in ``make test``; the Tianshou and RLlib ones
 need those libraries, which ``make test-compat`` installs (RLlib 2.60 pins gymnasium 1.2.2), and are skipped
@@ -16,15 +16,16 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SECTION = "## Other libraries"
+DOC = "docs/other_libraries.md"
+SECTION = "## Snippets"
 #: snippet name (the start of its first comment line) -> module it needs
 SNIPPETS = {"PyTorch": "torch", "Tianshou": "tianshou", "RLlib": "ray.rllib"}
 
 
-def readme_snippets() -> dict[str, str]:
-    """The ```python blocks of the README's "Other libraries" section, by the first word of their first comment."""
-    text = (REPO_ROOT / "README.md").read_text()
-    assert SECTION in text, f"README.md has no {SECTION!r} section"
+def doc_snippets() -> dict[str, str]:
+    """The ```python blocks of docs/other_libraries.md's "Snippets" section, by the first word of their first comment."""
+    text = (REPO_ROOT / DOC).read_text()
+    assert SECTION in text, f"{DOC} has no {SECTION!r} section"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     return {block.split("\n", 1)[0].removeprefix("# ").split()[0].rstrip(":,"): block for block in blocks}
@@ -50,7 +51,7 @@ def _check(proc: subprocess.CompletedProcess, what: str) -> str:
 
 
 def test_readme_has_one_snippet_per_library():
-    assert sorted(readme_snippets()) == sorted(SNIPPETS)
+    assert sorted(doc_snippets()) == sorted(SNIPPETS)
 
 
 @pytest.mark.timeout(600)
@@ -59,7 +60,7 @@ def test_readme_has_one_snippet_per_library():
 )
 def test_readme_snippet_runs(name):
     pytest.importorskip(SNIPPETS[name], reason=f"{SNIPPETS[name]} is not importable here (make test-compat installs it)")
-    out = _check(_run(["-c", readme_snippets()[name]], timeout=540), f"README {name} snippet")
+    out = _check(_run(["-c", doc_snippets()[name]], timeout=540), f"{DOC} {name} snippet")
     expected = {"PyTorch": "update 2: mean reward per step", "Tianshou": "illegal actions: 0", "RLlib": "episode return mean"}
     assert expected[name] in out, out[-2000:]
 

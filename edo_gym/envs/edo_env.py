@@ -22,7 +22,7 @@ out-of-range action always raises ``ValueError``.
 The observation and ``info`` hold only what a real orchestrator knows (see :mod:`edo_gym.envs.observation`);
 hidden ground truth is reachable only through :meth:`EDOEnv.hidden_state`, for oracles and tests. ``info`` holds
 only plain values (numbers, bools, strings, fixed-dtype arrays, dicts of those), the same keys and types on
-every step; see the README. Faults of the backend or the retriever never end an episode: ``call_failed``,
+every step; see docs/environment.md. Faults of the backend or the retriever never end an episode: ``call_failed``,
 ``call_error`` (``""`` when none), ``backend_attempts`` and ``retrieval_fallback`` report them. A policy may read
 neither :meth:`EDOEnv.hidden_state` nor the world and task generators (``env.world``, ``env.pool``): with
 ``info["task_id"]`` the task pool would tell it the gold answer.

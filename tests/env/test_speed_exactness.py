@@ -1,0 +1,345 @@
+"""The per-step speed-ups of ``EDOEnv`` are exact: memoised and incrementally kept state equals a recomputation.
+
+- every observation (subtask rows kept up to date row by row, worker cells updated with each count) equals the
+  straightforward full recomputation below, step after step, over seeded random trajectories with illegal actions, verifications, rollbacks, replans;
+- the simulator's memoised gold plans are never altered by the corruptions drawn from them: a backend that has
+  answered many planner calls answers exactly as a fresh one;
+- a short seeded run of EDO-v0 hashes to a stored digest (observations, rewards, flags and ``info``), recorded
+  before the speed-ups: any non-exact change to a transition shows up here;
+- longer seeded runs (5,000 steps of EDO-v0, and runs with non-default options, a six-worker team, backend faults
+  and retriever faults) hash to digests recorded before the step-floor speed-ups, with every ``info`` key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import edo_gym  # noqa: F401
+from edo_gym.agents.planner import PLAN_FORMAT, PLAN_INSTRUCTION, PLANNER_SYSTEM
+from edo_gym.agents.simulator import SimulatedBackend
+from edo_gym.agents.worker import plan_request
+from edo_gym.envs import observation as O
+
+_VERDICT_CODE = {"ok": 1, "flagged": 2, "unsure": 3}
+
+
+def reference_observation(env: Any) -> dict[str, np.ndarray]:
+    """The observation recomputed from scratch from the env's state (the code before the incremental version)."""
+    cfg = env.config
+    mask = env._mask()
+    n = len(env.plan.steps)
+    cur = env.current_step
+    sub = np.zeros((cfg.max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
+    for i, step in enumerate(env.plan.steps):
+        sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
+        sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
+        sub[i, O.C_PRESENT] = 1.0
+        sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
+    for i in range(n):
+        row = sub[i]
+        r = env.results[i]
+        if r is not None:
+            row[O.C_DONE] = 1.0
+            if r.confidence is not None:
+                row[O.C_CONF] = r.confidence
+                row[O.C_CONF_GIVEN] = 1.0
+            row[O.C_RETR] = r.used_retrieval
+            row[O.C_ABSTAIN] = r.abstained
+            row[O.C_LINKED] = r.linked
+        v = env.verdicts[i]
+        if v:
+            row[O.C_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
+            row[O.C_NVERIFY] = min(1.0, len(v) / 4.0)
+        if env.attempts[i]:
+            row[O.C_ATTEMPTS] = min(1.0, env.attempts[i] / 4.0)
+        deps = env.plan.steps[i].deps
+        if not deps or all(env.results[d] is not None for d in deps):
+            row[O.C_DEPS] = 1.0
+    if cur >= 0:
+        sub[cur, O.C_CURRENT] = 1.0
+    plan = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
+    plan[O.P_LEN] = n / cfg.max_subtasks
+    if env.plan.confidence is not None:
+        plan[O.P_CONF] = env.plan.confidence
+        plan[O.P_CONF_GIVEN] = 1.0
+    plan[O.P_FALLBACK] = float(env.plan.source == "fallback")
+    plan[O.P_REPAIRED] = float(env.plan.source == "repaired")
+    plan[O.P_CURRENT] = (cur if cur >= 0 else n) / cfg.max_subtasks
+    plan[O.P_ALL_DONE] = float(cur < 0)
+    plan[O.P_REPLANS] = env.replans / max(1, cfg.max_replans)
+    if env.done_stack:
+        last = env.done_stack[-1]
+        rec = env.results[last]
+        if rec is not None and rec.confidence is not None:
+            plan[O.P_LAST_CONF] = rec.confidence
+            plan[O.P_LAST_CONF_GIVEN] = 1.0
+        if env.verdicts[last]:
+            plan[O.P_LAST_OK - 1 + _VERDICT_CODE[env.verdicts[last][-1]]] = 1.0
+    lim = float(env.step_limit)
+    workers = env._worker_static.copy()
+    np.minimum(env._worker_counts * (1.0 / lim), 1.0, out=workers[:, O.W_CALLS : O.W_VERIFIED + 1])
+    budget = np.array(
+        [
+            min(1.0, env.tokens / env.token_budget),
+            min(1.0, env.calls / lim),
+            min(1.0, env.latency_s / cfg.latency_budget_s),
+            min(1.0, env.steps / lim),
+            min(1.0, env.illegal_actions / lim),
+        ],
+        dtype=np.float32,
+    )
+    obs = {"task": env._task_features[env.task.task_id].copy(), "plan": plan, "subtasks": sub, "workers": workers}
+    obs["budget"] = budget
+    if cfg.history_len > 0:
+        hist = np.zeros((cfg.history_len, env.n_actions), dtype=np.float32)
+        for k, a in enumerate(reversed(env.history)):
+            hist[k, a] = 1.0
+        obs["history"] = hist
+    obs["action_mask"] = mask
+    return obs
+
+
+def _assert_same_obs(obs: dict[str, np.ndarray], ref: dict[str, np.ndarray], where: str) -> None:
+    assert list(obs) == list(ref), where
+    for key in ref:
+        assert obs[key].dtype == ref[key].dtype and obs[key].shape == ref[key].shape, (where, key)
+        assert np.array_equal(obs[key], ref[key]), (where, key, obs[key], ref[key])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"retrieval_decider": "worker", "history_len": 0}, {"enable_verify": False, "max_replans": 4}],
+    ids=["default", "worker-decides", "no-verify"],
+)
+def test_incremental_observation_equals_a_full_recomputation(kwargs: dict[str, Any]) -> None:
+    env = gym.make("EDO-v0", **kwargs)
+    base = env.unwrapped
+    rng = np.random.default_rng(5)
+    obs, info = env.reset(seed=11)
+    kinds = set()
+    for t in range(1500):
+        _assert_same_obs(obs, reference_observation(base), f"step {t}")
+        legal = np.flatnonzero(info["action_mask"])
+        # illegal actions now and then; submit rarely, so that episodes reach verifications, rollbacks and replans
+        if rng.random() < 0.05:
+            action = int(rng.integers(base.n_actions))
+        else:
+            choices = [a for a in legal if a != base.A_SUBMIT] if rng.random() < 0.9 and len(legal) > 1 else legal
+            action = int(choices[int(rng.integers(len(choices)))])
+        obs, reward, terminated, truncated, info = env.step(action)
+        kinds.add(info["event"])
+        if terminated or truncated:
+            _assert_same_obs(obs, reference_observation(base), f"step {t} (end)")
+            obs, info = env.reset()
+    expected = {"dispatch", "rollback", "replan", "submit", "illegal"} | ({"verify"} if base.config.enable_verify else set())
+    assert expected <= kinds
+
+
+def test_memoised_gold_plans_are_not_altered_by_corruptions() -> None:
+    env = gym.make("EDO-v0").unwrapped
+    used = env.backend
+    # backends on a copy of the task list: a gold-plan memo of their own (the envs of one config share one), empty
+    fresh = SimulatedBackend(env.world, env.config.workers, env.config.planner, list(env.pool.tasks))
+    assert fresh._gold_plans is not used._gold_plans and not fresh._gold_plans
+    tasks = env.pool.tasks[:40]
+    requests = [
+        plan_request(task.text, PLAN_INSTRUCTION, PLAN_FORMAT, seed, PLANNER_SYSTEM) for task in tasks for seed in range(25)
+    ]
+    first = [used.complete(r) for r in requests]  # fills the memo, and corrupts plans drawn from it
+    again = [used.complete(r) for r in requests]
+    from_fresh = [
+        SimulatedBackend(env.world, env.config.workers, env.config.planner, list(env.pool.tasks)).complete(r)
+        for r in requests[:50]
+    ]
+    assert first == again
+    assert first[:50] == from_fresh
+    assert [fresh.complete(r) for r in reversed(requests)] == list(reversed(first))
+
+
+def test_envs_of_a_process_share_the_memos_and_step_as_alone() -> None:
+    """The simulator's memos and the callers' token counts are shared by the envs of one process (the envs of a vector
+    env warm them up together). Each is a pure function of its key, so an env steps as it would alone: a seeded run
+    after another env has filled them equals the same run on emptied memos."""
+    a, b = gym.make("EDO-v0"), gym.make("EDO-v0")
+    ua, ub = a.unwrapped, b.unwrapped
+
+    def memos_of(u: Any) -> tuple[dict, ...]:
+        return u.backend._matches, u.backend._plan_texts, u.backend._gold_plans, u.caller._token_counts
+
+    memos = memos_of(ua)
+    assert all(x is y for x, y in zip(memos, memos_of(ub), strict=True))
+    assert gym.make("EDO-Hard-v0").unwrapped.backend._gold_plans is not ua.backend._gold_plans  # other tasks
+    _run_digest(b, 3000, rng_seed=5, reset_seed=11)
+    assert all(len(memo) > 0 for memo in memos)
+    warm = _run_digest(a, 600, rng_seed=9, reset_seed=3)
+    for memo in memos:
+        memo.clear()
+    assert _run_digest(gym.make("EDO-v0"), 600, rng_seed=9, reset_seed=3) == warm
+
+
+def _update(h: Any, x: Any) -> None:
+    if isinstance(x, dict):
+        for k in sorted(x):
+            h.update(repr(k).encode())
+            _update(h, x[k])
+    elif isinstance(x, np.ndarray):
+        h.update(f"{x.dtype}{x.shape}".encode())
+        h.update(np.ascontiguousarray(x).tobytes())
+    else:
+        h.update(f"{type(x).__name__}:{x!r}".encode())
+
+
+#: sha256 of ``seeded_run_digest(400)``, recorded in pure Python (``EDO_GYM_COMPILED=off``) on the 0.3.0 dynamics
+#: (key-value grading, no ``info["anchor_key"]``); the compiled hot path must give the same.
+SEEDED_RUN_DIGEST = "bf9bb9f203ce88373c3c5d5fd2cc3e4bdf24db798a04c5c8a93bb49e883e0fb3"
+
+
+def _run_digest(env: Any, steps: int, rng_seed: int, reset_seed: int, skip: tuple[str, ...] = ()) -> str:
+    """Hash of observations, rewards, flags and ``info`` (but the ``skip`` keys) of a seeded run of random (mostly
+    legal) actions, resetting at episode ends with a fresh seed half of the time."""
+    rng = np.random.default_rng(rng_seed)
+    h = hashlib.sha256()
+    obs, info = env.reset(seed=reset_seed)
+    _update(h, obs)
+    _update(h, info)
+    for _ in range(steps):
+        legal = np.flatnonzero(info["action_mask"])
+        action = int(rng.integers(env.action_space.n)) if rng.random() < 0.05 else int(legal[rng.integers(len(legal))])
+        obs, reward, terminated, truncated, info = env.step(action)
+        for x in (obs, reward, terminated, truncated, {k: v for k, v in info.items() if k not in skip}):
+            _update(h, x)
+        if terminated or truncated:
+            obs, info = env.reset(seed=int(rng.integers(1 << 30)) if rng.random() < 0.5 else None)
+            _update(h, obs)
+            _update(h, info)
+    return h.hexdigest()
+
+
+def seeded_run_digest(steps: int) -> str:
+    """:func:`_run_digest` of EDO-v0 (``info["is_success"]`` came after the digest was recorded; test_envs.py checks it)."""
+    return _run_digest(gym.make("EDO-v0"), steps, rng_seed=123, reset_seed=7, skip=("is_success",))
+
+
+def test_a_seeded_run_matches_its_stored_digest() -> None:
+    assert seeded_run_digest(400) == SEEDED_RUN_DIGEST, (
+        "a seeded EDO-v0 run changed: a speed-up is not exact, or the environment's dynamics changed on purpose "
+        "(then record the new digest here)"
+    )
+
+
+def _extra_workers() -> tuple[Any, ...]:
+    """The default team plus two more workers (six in all): more dispatch and verify actions, two more retrievers."""
+    import dataclasses
+
+    from edo_gym.config import default_workers
+
+    team = default_workers()
+    extra = (
+        dataclasses.replace(team[0], name="support_agent_2", top_k=3, format_drift=0.2, abstain_rate=0.5, price=0.5),
+        dataclasses.replace(team[3], name="generalist_2", shard=("orders", "sales"), size="medium", memory_coverage=0.5),
+    )
+    return team + extra
+
+
+#: ``(env id, gym.make kwargs, steps, fault rate of a FaultyBackend or None)`` of the longer stored-digest runs;
+#: ``workers="six"`` is the team of ``_extra_workers``, ``failing_retrievers=True`` wraps two workers' retrievers in
+#: ``FailingRetriever``\ s.
+DIGEST_RUNS: dict[str, tuple[str, dict[str, Any], int, float | None]] = {
+    "default-5000": ("EDO-v0", {}, 5000, None),
+    "options": (
+        "EDO-v0",
+        {
+            "retrieval_decider": "worker",
+            "history_len": 7,
+            "max_replans": 4,
+            "planner": {"error_rate": 0.8, "malformed_rate": 0.25},
+            "reward": {"hop_bonus": 0.25, "token_weight": 0.2},
+            "token_budget_per_subtask": 150,
+            "rollback_tokens": 90,
+            "info_text": True,
+        },
+        5000,
+        None,
+    ),
+    "hard-six-workers-faults": (
+        "EDO-Hard-v0",
+        {"workers": "six", "backend_retries": 1, "retrieval": {"ablation": "shuffled"}, "enable_replan": False},
+        4000,
+        0.15,
+    ),
+    "support-no-verify-faults": (
+        "EDO-Support-v0",
+        {"enable_verify": False, "history_len": 0, "backend_retries": 3, "token_budget": 10**7, "failing_retrievers": True},
+        4000,
+        0.3,
+    ),
+}
+
+#: sha256 of ``full_run_digest(name)`` per run of ``DIGEST_RUNS`` (every ``info`` key is hashed), recorded in pure Python
+#: on the 0.3.0 dynamics: a speed change to the env must leave them as they are.
+FULL_RUN_DIGESTS: dict[str, str] = {
+    "default-5000": "9318abf28aca49ea76ebf2fdf8923ae4ca5beddd17e9689d888b702d7e0a7164",
+    "options": "01febe36c5cb0b6880963874d7e210d45c62d1515af2f83f95053ff129da3add",
+    "hard-six-workers-faults": "2546eade98917761e3726fe52ed08f2547b68e506eb7bfedbe8ecfe5259bd678",
+    "support-no-verify-faults": "7ce563897117e45c0645f82f5437d0b0dde33ac802595edbdfe166bfec07b442",
+}
+
+
+def full_run_digest(name: str) -> str:
+    """Hash of observations, rewards, flags and all of ``info`` of the seeded run ``DIGEST_RUNS[name]`` (random, mostly
+    legal actions; a ``FaultyBackend`` around the env's own simulator when a fault rate is given)."""
+    from reliability_helpers import FailingRetriever, FaultyBackend, simulated_backend
+
+    from edo_gym.config import EDOConfig
+
+    env_id, kwargs, steps, fault_rate = DIGEST_RUNS[name]
+    kwargs = dict(kwargs)
+    if kwargs.get("workers") == "six":
+        kwargs["workers"] = _extra_workers()
+    failing_retrievers = kwargs.pop("failing_retrievers", False)
+    if fault_rate is not None:
+        config = EDOConfig.from_kwargs(None, **{**gym.spec(env_id).kwargs, **kwargs})
+        kwargs["backend"] = FaultyBackend(simulated_backend(config), rate=fault_rate, seed=5)
+    env = gym.make(env_id, **kwargs)
+    if failing_retrievers:  # retriever faults: worker 0's searches raise, worker 2's return unknown ids, now and then
+        workers = env.unwrapped.workers
+        workers[0].retriever = FailingRetriever(workers[0].retriever, "raise", rate=0.3, seed=1)
+        workers[2].retriever = FailingRetriever(workers[2].retriever, "bad_ids", rate=0.3, seed=2)
+    try:
+        return _run_digest(env, steps, rng_seed=321, reset_seed=17)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("name", list(DIGEST_RUNS))
+def test_longer_seeded_runs_match_their_stored_digests(name: str) -> None:
+    assert full_run_digest(name) == FULL_RUN_DIGESTS[name], (
+        f"seeded run {name!r} changed: a speed-up is not exact, or the dynamics changed on purpose (then re-record it)"
+    )
+
+
+def test_fast_rng_draws_equal_the_standard_librarys() -> None:
+    """``FastRNG``'s written-out ``integers`` / ``normal`` / ``choice`` draw exactly what ``random.Random`` does."""
+    import random
+
+    from edo_gym.agents.simulator import FastRNG
+
+    for seed in (0, 1, 12345, 2**40 + 7):
+        fast, ref = FastRNG(seed), random.Random(seed)
+        for n in (1, 2, 3, 7, 8, 1000, 2**33 + 1):
+            assert [fast.integers(n) for _ in range(50)] == [ref.randrange(n) for _ in range(50)]
+            assert [fast.integers(-5, n) for _ in range(50)] == [ref.randrange(-5, n) for _ in range(50)]
+        assert fast.integers(np.int64(9), np.int64(20)) == ref.randrange(9, 20)
+        assert [fast.normal(0.3, 2.0) for _ in range(101)] == [ref.gauss(0.3, 2.0) for _ in range(101)]
+        seq = ["a", "b", "c", "d", "e"]
+        assert [fast.choice(seq) for _ in range(50)] == [ref.choice(seq) for _ in range(50)]
+        assert fast.getstate() == ref.getstate()
+    with pytest.raises(ValueError, match="empty range"):
+        FastRNG(0).integers(0)
+    with pytest.raises(ValueError, match="empty range"):
+        FastRNG(0).integers(3, 3)

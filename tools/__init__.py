@@ -1,0 +1,1 @@
+"""Developer profiling tools (A/B scripts, timers, single-run diagnostics); not packaged, results in tools/results/."""
