@@ -274,9 +274,10 @@ class OpenAIBackend:
                         latency_s=time.perf_counter() - start,
                         confidence=confidence,
                     )
-        self._counter.add("failed")
+        error = fatal or self._exhausted(request, model, last_kind, last_detail)
+        self._counter.fail(f"{type(error).__name__}: {error}")
         # Raised outside the except blocks: the openai exception (whose text may echo the key) is not attached.
-        raise fatal or self._exhausted(request, model, last_kind, last_detail)
+        raise error
 
     # -- helpers ------------------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Thread-safe counts of backend calls, for the CLI's ``backend calls: N real, M from cache, K failed`` line."""
+"""Thread-safe counts of backend calls, for the CLI's ``backend calls: N real, M from cache, K failed`` line, with the
+first failure's full message (what a command shows before it exits non-zero)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,37 @@ class CallCounts:
 
     :param real: answered by a model (an HTTP answer from the server, or the wrapped backend in a cache).
     :param cached: answered from a record/replay cache.
-    :param failed: calls that raised (after the backend's own retries), replay misses included.
+    :param failed: calls that raised (after the backend's own retries), replay misses and cache errors included.
+    :param first_error: the full message of the first call that failed (``""`` when none failed).
     """
 
     real: int = 0
     cached: int = 0
     failed: int = 0
+    first_error: str = ""
 
     def __add__(self, other: CallCounts) -> CallCounts:
-        return CallCounts(self.real + other.real, self.cached + other.cached, self.failed + other.failed)
+        return CallCounts(
+            self.real + other.real,
+            self.cached + other.cached,
+            self.failed + other.failed,
+            self.first_error or other.first_error,
+        )
+
+    def __sub__(self, earlier: CallCounts) -> CallCounts:
+        """The calls made since ``earlier`` (a snapshot of the same counter); the first error is kept only when it
+        happened after ``earlier``."""
+        return CallCounts(
+            self.real - earlier.real,
+            self.cached - earlier.cached,
+            self.failed - earlier.failed,
+            self.first_error if self.failed > earlier.failed and not earlier.failed else "",
+        )
+
+    @property
+    def total(self) -> int:
+        """All calls counted."""
+        return self.real + self.cached + self.failed
 
     def __str__(self) -> str:
         return f"backend calls: {self.real} real, {self.cached} from cache, {self.failed} failed"
@@ -32,14 +55,22 @@ class CallCounter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = {"real": 0, "cached": 0, "failed": 0}
+        self._first_error = ""
 
     def add(self, kind: str) -> None:
         with self._lock:
             self._counts[kind] += 1
 
+    def fail(self, message: str) -> None:
+        """Count a failed call; ``message`` (the error's full text) is kept when it is the first."""
+        with self._lock:
+            self._counts["failed"] += 1
+            if not self._first_error:
+                self._first_error = message or "(no message)"
+
     def snapshot(self) -> CallCounts:
         with self._lock:
-            return CallCounts(**self._counts)
+            return CallCounts(**self._counts, first_error=self._first_error)
 
     def __getstate__(self) -> dict:
         return {"counts": self.snapshot()}
@@ -48,3 +79,4 @@ class CallCounter:
         self.__init__()  # type: ignore[misc]
         c = state["counts"]
         self._counts = {"real": c.real, "cached": c.cached, "failed": c.failed}
+        self._first_error = getattr(c, "first_error", "")
