@@ -7,6 +7,7 @@ tiny HTTP server that plays a failing remote service; it is used for fault injec
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import socket
@@ -83,6 +84,24 @@ def test_sends_the_messages_seed_temperature_max_tokens_and_asks_for_logprobs(fa
     body = server.requests[0]["body"]
     assert body["messages"] == request.messages()
     assert (body["seed"], body["temperature"], body["max_tokens"], body["logprobs"]) == (42, 0.7, request.max_tokens, True)
+
+
+def test_sends_the_json_schema_as_response_format_and_the_stop_sequences(fault_server):
+    server = fault_server("ok")
+    schema = '{"properties":{"steps":{"type":"array"}},"type":"object"}'
+    request = LLMRequest(role="planner", agent="planner", system="s", task="t", instruction="i", json_schema=schema)
+    _backend(server.base_url).complete(request)
+    _backend(server.base_url).complete(REQUEST)
+    _backend(server.base_url).complete(
+        LLMRequest(role="worker", agent="w0", system="s", task="t", instruction="i", stop=("\n",))
+    )
+    planner, plain, stopped = (r["body"] for r in server.requests)
+    assert planner["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "planner", "schema": json.loads(schema), "strict": True},
+    }
+    assert "stop" not in planner and "response_format" not in plain and "stop" not in plain
+    assert stopped["stop"] == ["\n"] and "response_format" not in stopped
 
 
 def test_a_model_per_agent_then_per_role_then_the_default(fault_server):
@@ -265,6 +284,19 @@ def test_a_completion_over_http_from_the_real_model(local_llm):
     assert 0 < response.latency_s < 60
     assert 0 < response.confidence <= 1  # llama.cpp returns logprobs
     assert (backend.counts.real, backend.attempts) == (1, 1)
+
+
+def test_the_real_model_writes_a_valid_plan_under_the_plan_schema(local_llm):
+    """Unconstrained, the bundled 135M model rarely writes a plan that parses; decoding under the schema it must, and
+    every step reads only earlier steps."""
+    from edo_gym.agents.planner import PLAN_FORMAT, PLAN_INSTRUCTION, PLANNER_SYSTEM, parse_plan, plan_schema
+    from edo_gym.agents.worker import plan_request
+
+    backend = OpenAIBackend(local_llm.base_url, local_llm.model_name, timeout_s=120)
+    task = "What was the combined revenue of the Elm and Larch stores in January, in thousands?"
+    request = plan_request(task, PLAN_INSTRUCTION, PLAN_FORMAT, 0, PLANNER_SYSTEM, plan_schema(6))
+    steps = parse_plan(backend.complete(request).text, 6)
+    assert all(d < k for k, step in enumerate(steps) for d in step.deps)
 
 
 def test_the_key_never_reaches_the_cache_file(local_llm, secret_key, tmp_path):
