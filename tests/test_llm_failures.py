@@ -36,9 +36,11 @@ def served() -> Iterator[FaultServer]:
 # -- counts keep the first error -------------------------------------------------------------------------------------
 def test_counts_keep_the_first_error_in_full_and_a_difference_keeps_it_only_when_new():
     long = "ReplayMissError: " + "x" * 900
-    assert CallCounts(1, 2, 3, long).first_error == long
-    assert (CallCounts(1, 2, 3, long) - CallCounts(1, 0, 0, "")).first_error == long
-    assert (CallCounts(1, 2, 5, long) - CallCounts(1, 0, 3, long)).first_error == ""  # it happened before
+    assert CallCounts(1, 2, 3, long, "later").first_error == long
+    assert (CallCounts(1, 2, 3, long, "later") - CallCounts(1, 0, 0)).first_error == long
+    # the first failure happened before: the latest one stands for the period
+    assert (CallCounts(1, 2, 5, long, "later") - CallCounts(1, 0, 3, long, long)).first_error == "later"
+    assert (CallCounts(1, 2, 3, long, "later") - CallCounts(1, 0, 3, long, "later")).first_error == ""  # none since
     assert CallCounts(1, 2, 3).total == 6
 
 
