@@ -18,6 +18,7 @@ from edo_gym.cli import (
     add_compile_command,
     add_prepare_command,
     add_retrieval_arg,
+    backend_failures,
     llm_backend_from_args,
     retrieval_kwargs,
 )
@@ -51,12 +52,13 @@ def _batch_size(text: str) -> int | None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from baselines.evaluation import evaluate_heuristic, format_table, heldout_task_ids, make_eval_env
     from baselines.heuristics import HEURISTICS, make_heuristic
+    from edo_gym.llm.errors import LLMBackendError
 
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         try:
             backend = llm_backend_from_args(args, stack)
-        except (ValueError, FileNotFoundError) as exc:
+        except (ValueError, FileNotFoundError, LLMBackendError) as exc:
             print(f"edo demo: error: {exc}", file=sys.stderr)
             return 2
         names = args.policies or list(HEURISTICS) + (["llm_router"] if backend is not None else [])
@@ -94,7 +96,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             fams = ", ".join(f"{f} {s:.2f}" for f, s in r.success_by_family.items())
             print(f"  {r.policy:16s} {fams}")
         if backend is not None:
-            print(str(backend.counts))
+            return backend_failures("edo demo", backend, args.allow_failures)
     return 0
 
 
@@ -196,6 +198,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from baselines.evaluation import format_table
     from baselines.training import check_env_id, evaluate_saved, infer_algo
+    from edo_gym.llm.errors import LLMBackendError
 
     # one torch thread for the policy's one-observation passes, as edo train's default (loading the embedding model
     # leaves the process's setting alone)
@@ -216,7 +219,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 progress=True,
                 env_kwargs=env_kwargs,
             )
-        except (FileNotFoundError, ValueError) as exc:
+        except (FileNotFoundError, ValueError, LLMBackendError) as exc:
             print(f"edo evaluate: error: {exc}", file=sys.stderr)
             return 2
         where = "simulated backend" if backend is None else f"{args.backend} backend"
@@ -226,7 +229,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
         print(format_table(results))
         if backend is not None:
-            print(str(backend.counts))
+            return backend_failures("edo evaluate", backend, args.allow_failures)
     return 0
 
 

@@ -37,6 +37,8 @@ class EvalResult:
     return_ci95: tuple[float, float] = (0.0, 0.0)
     budget_hit_rate: float = 0.0
     uses_hidden_state: bool = False
+    #: language-model calls that failed over all episodes (charged and counted as failures of their steps)
+    failed_calls: int = 0
     #: Per episode, in task order: success (0/1) and return (for paired comparisons; not in ``as_dict``).
     episode_success: list[float] = field(default_factory=list, repr=False)
     episode_returns: list[float] = field(default_factory=list, repr=False)
@@ -98,6 +100,7 @@ def run_episodes(
     """
     base: EDOEnv = env.unwrapped  # type: ignore[assignment]
     successes, returns, tokens, calls, latency, budget_hits = [], [], [], [], [], []
+    failed_calls = 0
     by_family: dict[str, list[float]] = {}
     cost_of = decision_cost if callable(decision_cost) else (lambda: decision_cost)
     for k, task_id in enumerate(tqdm(task_ids, desc=f"eval {name}", disable=not progress, leave=False)):
@@ -121,6 +124,7 @@ def run_episodes(
         calls.append(stats["calls"])
         latency.append(stats["latency_s"])
         budget_hits.append(float(stats.get("budget_exhausted", False)))
+        failed_calls += int(stats.get("failed_calls", 0))
         by_family.setdefault(stats["family"], []).append(float(stats["success"]))
     n = len(successes)
     return EvalResult(
@@ -136,6 +140,7 @@ def run_episodes(
         return_ci95=mean_ci(returns),
         budget_hit_rate=float(np.mean(budget_hits)),
         uses_hidden_state=uses_hidden_state,
+        failed_calls=failed_calls,
         episode_success=successes,
         episode_returns=returns,
     )
@@ -177,15 +182,23 @@ def evaluate_model(model: Any, env: gym.Env, task_ids: Sequence[int], seed: int 
 
 
 def format_table(results: Sequence[EvalResult]) -> str:
-    """A Markdown table: success rate (95% CI), mean return, tokens, calls and simulated latency per episode."""
+    """A Markdown table: success rate (95% CI), mean return, tokens, calls and simulated latency per episode; with a
+    ``failed calls`` column, and a note under the table, when a language-model call failed in any row."""
+    failures = any(r.failed_calls for r in results)
     header = "| policy | success rate (95% CI) | mean return (95% CI) | tokens/ep | calls/ep | latency s/ep |"
-    lines = [header, "|---|---|---|---|---|---|"]
+    lines = [header + (" failed calls |" if failures else ""), "|---|---|---|---|---|---|" + ("---|" if failures else "")]
     for r in results:
         lo, hi = r.success_ci95
         rlo, rhi = r.return_ci95
         lines.append(
-            f"| {r.policy} | {r.success_rate:.3f} ({lo:.2f}-{hi:.2f}) | {r.mean_return:+.3f} ({rlo:+.2f} to {rhi:+.2f}) "
-            f"| {r.tokens:.0f} | {r.calls:.1f} | {r.latency_s:.1f} |"
+            f"| {r.policy}{' (!)' if r.failed_calls else ''} | {r.success_rate:.3f} ({lo:.2f}-{hi:.2f}) "
+            f"| {r.mean_return:+.3f} ({rlo:+.2f} to {rhi:+.2f}) | {r.tokens:.0f} | {r.calls:.1f} | {r.latency_s:.1f} |"
+            + (f" {r.failed_calls} |" if failures else "")
+        )
+    if failures:
+        lines.append(
+            "\n(!) language-model calls failed in these rows; each failed call counts as a failure of its step, so these "
+            "rows measure the failures as much as the policy."
         )
     hidden = [r.policy for r in results if r.uses_hidden_state]
     if hidden:

@@ -58,13 +58,15 @@ class TimedBackend:
         self.waited_s = 0.0
         self.calls = 0
         self.failed = 0
+        self.first_error = ""
 
     def complete(self, request: Any) -> Any:
         t0 = time.perf_counter()
         try:
             return self.inner.complete(request)
-        except Exception:
+        except Exception as exc:
             self.failed += 1
+            self.first_error = self.first_error or f"{type(exc).__name__}: {exc}"
             raise
         finally:
             self.waited_s += time.perf_counter() - t0
@@ -114,7 +116,9 @@ def live(k: int, base_url: str, model: str, seconds: float, seed: int) -> dict[s
             steps += k
             episodes += int(np.sum(dones))
         wall = time.perf_counter() - t0
-        end = [b.stats() for b in vec.env_method("get_wrapper_attr", "backend")]
+        backends = vec.env_method("get_wrapper_attr", "backend")
+        end = [b.stats() for b in backends]
+        first_error = next((b.first_error for b in backends if b.first_error), "")
     finally:
         vec.close()
     stats = [{key: e[key] - s[key] for key in e} for s, e in zip(start, end, strict=True)]
@@ -129,6 +133,7 @@ def live(k: int, base_url: str, model: str, seconds: float, seed: int) -> dict[s
         "server_wait_share": waited / (k * wall),
         "calls": int(sum(s["calls"] for s in stats)),
         "failed_calls": int(sum(s["failed"] for s in stats)),
+        "first_error": first_error,
     }
 
 
@@ -187,6 +192,7 @@ def replay_worker(cache: str, model: str, episodes: int, repeats: int, seed: int
         "cartpole_steps_per_s": cartpole,
         "steps_per_pass": steps,
         "backend_calls": {"real": counts.real, "cached": counts.cached, "failed": counts.failed},
+        "first_error": counts.first_error,
     }
 
 
@@ -201,6 +207,7 @@ def replay(base_url: str, model: str, episodes: int, repeats: int, seed: int, ca
     steps = run_episodes(gym.make("EDO-v0", backend=recorder), episodes, seed)
     record_s = time.perf_counter() - t0
     recorder.close()
+    recorded = recorder.counts
     cores = sorted(os.sched_getaffinity(0))[:1] if hasattr(os, "sched_getaffinity") else []
     code = (
         "import json, sys; from benchmarks.llm_throughput import replay_worker; "
@@ -218,6 +225,8 @@ def replay(base_url: str, model: str, episodes: int, repeats: int, seed: int, ca
     later = list(zip(result["edo_steps_per_s"][1:], result["cartpole_steps_per_s"][1:], strict=True))
     ratios = [e / c for e, c in later] or [result["edo_steps_per_s"][0] / result["cartpole_steps_per_s"][0]]
     result.update(
+        record_calls={"real": recorded.real, "cached": recorded.cached, "failed": recorded.failed},
+        first_error=recorded.first_error or result["first_error"],
         recorded_episodes=episodes,
         recorded_steps=steps,
         record_s=record_s,
@@ -267,7 +276,19 @@ def markdown(payload: dict[str, Any]) -> str:
             f"query strings: {rp['first_pass_over_cartpole']:.4f}x, {rp['edo_steps_per_s'][0]:,.0f} steps/s). Backend calls: {rp['backend_calls']['cached']} from "
             f"cache, {rp['backend_calls']['real']} real, {rp['backend_calls']['failed']} failed.",
         ]
+    failed, first = failures(payload)
+    if failed:
+        lines += ["", f"**{failed} language-model calls failed** (--allow-failures); the first: {first}"]
     return "\n".join(lines) + "\n"
+
+
+def failures(payload: dict[str, Any]) -> tuple[int, str]:
+    """Failed language-model calls over the whole run, and the first one's message."""
+    rp = payload.get("replay") or {}
+    parts = [(r["failed_calls"], r.get("first_error", "")) for r in payload["live"]]
+    if rp:
+        parts.append((rp.get("record_calls", {}).get("failed", 0) + rp["backend_calls"]["failed"], rp.get("first_error", "")))
+    return sum(n for n, _ in parts), next((e for n, e in parts if n and e), "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay-repeats", type=int, default=7, help="replay passes (the first one is reported apart)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", type=Path, default=None)
+    p.add_argument("--allow-failures", action="store_true",
+                   help="write the results and exit 0 although language-model calls failed (they are then marked)")  # fmt: skip
     args = p.parse_args(argv)
     if any(k < 1 for k in args.ks) or args.seconds <= 0 or args.replay_repeats < 2 or args.replay_episodes < 0:
         p.error("--ks must be >= 1, --seconds > 0, --replay-repeats >= 2, --replay-episodes >= 0")
@@ -313,6 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         "live": results,
         "replay": rp,
     }
+    failed, first = failures(payload)
+    if failed:
+        print(f"first failed language-model call:\n  {first}", file=sys.stderr)
+        print(f"{failed} language-model calls failed", file=sys.stderr)
+        if not args.allow_failures:
+            print("error: calls failed; no results written (pass --allow-failures to write them, marked)", file=sys.stderr)
+            return 1
     json_path, md_path = write_results(NAME, payload, markdown(payload), args.out_dir)
     print(markdown(payload))
     print(f"wrote {json_path} and {md_path}")

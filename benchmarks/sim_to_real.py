@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from baselines.evaluation import EvalResult, evaluate_heuristic, evaluate_model, heldout_task_ids, make_eval_env  # noqa: E402
 from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
 from benchmarks.common import command_line, machine_line, write_json_atomic, write_results  # noqa: E402
+from edo_gym.llm.errors import LLMBackendError  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -122,8 +123,9 @@ def evaluate_one(policy: str, backend: Any, args: argparse.Namespace, model_path
         eval_wall_s=wall,
     )
     if backend is not None:
-        after = backend.counts
-        row["backend_calls"] = {k: getattr(after, k) - getattr(before, k) for k in ("real", "cached", "failed")}
+        delta = backend.counts - before
+        row["backend_calls"] = {"real": delta.real, "cached": delta.cached, "failed": delta.failed}
+        row["first_error"] = delta.first_error
     return row
 
 
@@ -148,8 +150,15 @@ def real_backend(args: argparse.Namespace):
                         "load_time_s": server.load_time_s}  # fmt: skip
                 print(f"  local model server at {base_url} (model {model}, loaded in {server.load_time_s:.1f} s)", flush=True)
         else:
-            info = {"server": "OpenAI-compatible server given by --base-url", "model": model or "default"}
-        backend = CachedBackend(OpenAIBackend(base_url, model or "default", timeout_s=args.llm_timeout), args.llm_cache,
+            from edo_gym.llm.cache import ResponseCache, cache_file
+            from edo_gym.llm.preflight import resolve_model
+
+            held = None
+            if args.llm_cache_mode == "replay" and not model and cache_file(args.llm_cache).exists():
+                held = ResponseCache(args.llm_cache, readonly=True).models()
+            model = resolve_model(base_url, model, mode=args.llm_cache_mode, held_models=held)
+            info = {"server": "OpenAI-compatible server given by --base-url", "model": model}
+        backend = CachedBackend(OpenAIBackend(base_url, model, timeout_s=args.llm_timeout), args.llm_cache,
                                 mode=args.llm_cache_mode)  # fmt: skip
         stack.callback(backend.close)
         yield backend, info
@@ -192,8 +201,9 @@ def markdown(payload: dict[str, Any]) -> str:
             if r is None:
                 continue
             lo, hi = r["success_ci95"]
+            failed = (r.get("backend_calls") or {}).get("failed", 0)
             lines.append(
-                f"| {policy} | {backend} | {r['success_rate']:.3f} ({lo:.2f}-{hi:.2f}) | {r['mean_return']:+.3f} | "
+                f"| {policy}{' (!)' if failed else ''} | {backend} | {r['success_rate']:.3f} ({lo:.2f}-{hi:.2f}) | {r['mean_return']:+.3f} | "
                 f"{r['tokens']:.0f} | {r['calls']:.1f} | {r['latency_s']:.1f} | {r['planner_fallback_rate']:.2f} | "
                 f"{r['failed_calls_per_episode']:.2f} |"
             )
@@ -217,7 +227,21 @@ def markdown(payload: dict[str, Any]) -> str:
             "",
             f"Backend calls over the real run: {counts['real']} real, {counts['cached']} from cache, {counts['failed']} failed.",
         ]
+        if counts["failed"]:
+            first = next((r["first_error"] for r in real.values() if r.get("first_error")), "")
+            lines += [
+                "",
+                "(!) language-model calls failed in these rows (kept with --allow-failures): each failed call counts as a "
+                f"failure of its step. The first: {first}",
+            ]
     return "\n".join(lines) + "\n"
+
+
+def failed_calls(records: dict[str, dict[str, dict[str, Any]]]) -> tuple[int, str]:
+    """Failed language-model calls over all rows, and the first one's message."""
+    rows = [r for by_policy in records.values() for r in by_policy.values()]
+    failed = sum((r.get("backend_calls") or {}).get("failed", 0) for r in rows)
+    return failed, next((r["first_error"] for r in rows if r.get("first_error")), "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llm-cache-mode", choices=("record", "replay", "read-through"), default="record")
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--force", action="store_true", help="rerun finished (backend, policy) records")
+    p.add_argument("--allow-failures", action="store_true",
+                   help="keep rows in which language-model calls failed (marked) and exit 0; without it a failed call "
+                   "stops the run with exit status 1 and its row is not saved")  # fmt: skip
     args = p.parse_args(argv)
     if args.episodes < 1:
         p.error(f"--episodes must be >= 1, got {args.episodes}")
@@ -262,8 +289,23 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[{backend_name}] {policy}: finished earlier ({path.name})", flush=True)
                     continue
                 if backend_name == "real" and backend is None:
-                    backend, real_info = stack.enter_context(real_backend(args))
+                    try:
+                        backend, real_info = stack.enter_context(real_backend(args))
+                    except (ValueError, FileNotFoundError, LLMBackendError) as exc:
+                        print(f"error: {exc}", file=sys.stderr)
+                        return 2
                 row = evaluate_one(policy, backend, args, model_path)
+                if row.get("backend_calls", {}).get("failed") and not args.allow_failures:
+                    print(
+                        f"[{backend_name}] {policy}: first failed language-model call:\n  {row['first_error']}",
+                        file=sys.stderr,
+                    )
+                    print(
+                        f"error: {row['backend_calls']['failed']} language-model calls failed in {policy}'s episodes; the "
+                        "row is not saved (pass --allow-failures to keep it, marked)",
+                        file=sys.stderr,
+                    )
+                    return 1
                 write_json_atomic(path, {"row": row, "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
                 records.setdefault(backend_name, {})[policy] = row
                 print(
@@ -287,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         "results": records,
         "deltas": summarise(records),
     }
+    failed, first = failed_calls(records)
+    if failed:
+        print(f"first failed language-model call:\n  {first}\n{failed} language-model calls failed", file=sys.stderr)
+        if not args.allow_failures:  # rows finished earlier with --allow-failures
+            print("error: calls failed; no results written (pass --allow-failures to write them, marked)", file=sys.stderr)
+            return 1
     json_path, md_path = write_results(NAME, payload, markdown(payload), args.out_dir)
     print(markdown(payload))
     print(f"wrote {json_path} and {md_path}")

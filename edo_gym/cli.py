@@ -49,6 +49,12 @@ def llm_backend_from_args(args: argparse.Namespace, stack: contextlib.ExitStack)
     unknown = sorted({name for name, _ in args.agent_model or []} - set(known))
     if unknown:
         raise ValueError(f"--agent-model names unknown agents or roles {unknown}; choose from {known}")
+    from edo_gym.llm.cache import cache_file
+
+    if args.llm_cache is not None:
+        cache_file(args.llm_cache)  # a file that is not named *.sqlite is an error here, not a surprise later
+    elif args.llm_cache_mode not in ("off", "record"):
+        raise ValueError(f"--llm-cache-mode {args.llm_cache_mode} needs --llm-cache PATH")
     base_url, model = args.base_url, args.model
     if args.backend == "local" and args.llm_cache is not None and args.llm_cache_mode == "replay":
         # replay reads the recording only: no server, no model file needed; requests keep the served model's name
@@ -65,9 +71,11 @@ def llm_backend_from_args(args: argparse.Namespace, stack: contextlib.ExitStack)
         print(f"  local model server at {base_url} (model {model}, loaded in {server.load_time_s:.1f} s)", flush=True)
     elif not base_url:
         raise ValueError("--backend openai needs --base-url URL (e.g. http://127.0.0.1:8080/v1 for a local server)")
+    else:
+        model = served_model(args, base_url, model)
     backend: Any = OpenAIBackend(
         base_url,
-        model or "default",
+        model,
         models=dict(args.agent_model or []),
         api_key_env=args.api_key_env,
         timeout_s=args.llm_timeout,
@@ -75,9 +83,46 @@ def llm_backend_from_args(args: argparse.Namespace, stack: contextlib.ExitStack)
     if args.llm_cache is not None:
         backend = CachedBackend(backend, args.llm_cache, mode=args.llm_cache_mode)
         stack.callback(backend.close)
-    elif args.llm_cache_mode not in ("off", None):
-        raise ValueError(f"--llm-cache-mode {args.llm_cache_mode} needs --llm-cache DIR")
     return backend
+
+
+def served_model(args: argparse.Namespace, base_url: str, model: str | None) -> str:
+    """``--backend openai``: the model requests go to and are recorded under (``--model``, else the server's own, else in
+    replay the recording's one model); a server that does not answer is an error here unless the mode is replay."""
+    from edo_gym.llm.cache import ResponseCache, cache_file
+    from edo_gym.llm.preflight import resolve_model
+
+    mode = args.llm_cache_mode if args.llm_cache is not None else "off"
+    held = None
+    if mode == "replay" and not model and cache_file(args.llm_cache).exists():
+        held = ResponseCache(args.llm_cache, readonly=True).models()
+    resolved = resolve_model(
+        base_url, model, mode=mode, held_models=held, api_key_env=args.api_key_env, timeout_s=min(5.0, args.llm_timeout)
+    )
+    if not model:
+        source = "the recording's model" if mode == "replay" else "the model the server serves"
+        print(f"  model {resolved!r} ({source}; --model NAME to choose another)", flush=True)
+    return resolved
+
+
+def backend_failures(prog: str, backend: Any, allow_failures: bool) -> int:
+    """Print the ``backend calls:`` line; when a call failed, the first error in full and the counts on stderr.
+
+    :return: the exit status: 1 when a call failed and ``--allow-failures`` was not given, else 0."""
+    counts = backend.counts
+    print(str(counts))
+    if not counts.failed:
+        return 0
+    print(f"{prog}: first failed language-model call:\n  {counts.first_error}", file=sys.stderr)
+    print(
+        f"{prog}: {counts.failed} of {counts.total} language-model calls failed; the rows marked (!) count them as failed steps",
+        file=sys.stderr,
+    )
+    if allow_failures:
+        print(f"{prog}: --allow-failures: exit status 0 although calls failed", file=sys.stderr)
+        return 0
+    print(f"{prog}: error: calls failed (pass --allow-failures to accept a table with failed calls)", file=sys.stderr)
+    return 1
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -181,7 +226,9 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                    help="simulated (default); openai: any OpenAI-compatible server at --base-url; local: start the bundled "
                    "SmolLM2 with llama.cpp for this run")  # fmt: skip
     g.add_argument("--base-url", default=None, help="API root of an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
-    g.add_argument("--model", default=None, help="model name to request (default: the server's own / 'default')")
+    g.add_argument("--model", default=None,
+                   help="model name to request and record under (default: the one the server lists at /v1/models; in "
+                   "replay, the one the recording holds)")  # fmt: skip
     g.add_argument("--agent-model", type=_agent_model, action="append", metavar="NAME=MODEL", default=None,
                    help="a model for one agent or role, repeatable: an agent name (planner, router or a worker's name, "
                    "e.g. support_agent) or a role (worker, verifier); an agent's entry wins over its role's, both over "
@@ -189,10 +236,15 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key (never printed)")
     g.add_argument("--llm-timeout", type=_positive_float, default=60.0, help="seconds per HTTP attempt (default: 60)")
     g.add_argument("--llm-threads", type=_count, default=1, help="--backend local: server threads (default: 1)")
-    g.add_argument("--llm-cache", default=None, help="directory of the record/replay cache (sqlite)")
+    g.add_argument("--llm-cache", default=None, metavar="PATH",
+                   help="the record/replay cache: a directory (created when missing) holding llm_cache.sqlite, or an "
+                   "SQLite file named *.sqlite")  # fmt: skip
     g.add_argument("--llm-cache-mode", choices=("off", "record", "replay", "read-through"), default="record",
                    help="with --llm-cache: record (default; repeats answered from the cache), replay (offline; a miss is "
                    "an error), read-through (read the cache, ask the server on a miss, write nothing), off")  # fmt: skip
+    g.add_argument("--allow-failures", action="store_true",
+                   help="exit 0 although language-model calls failed (replay misses, cache errors, server failures); "
+                   "without it any failed call makes the command exit 1. The table marks the rows with failed calls")  # fmt: skip
 
 
 def add_prepare_command(sub: Any) -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ import chromadb.errors
 import numpy as np
 
 from edo_gym.agents.backend import MAX_COMPLETION_TOKENS, MAX_RESULT_CHARS, TransientBackendError
+from edo_gym.agents.planner import fallback_plan
 from edo_gym.agents.protocol import ROLES, LLMBackend, LLMRequest, LLMResponse
 from edo_gym.agents.simulator import SimulatedBackend
 from edo_gym.config import EDOConfig
@@ -266,7 +267,7 @@ def _plan_checks(u: Any, obs: dict, fallback_events: int) -> None:
     assert obs["plan"][obs_lib.P_FALLBACK] == float(source == "fallback")
     assert obs["plan"][obs_lib.P_REPAIRED] == float(source == "repaired")
     if source == "fallback":
-        assert len(u.plan.steps) == 1 and u.plan.confidence is None and u.plan.steps[0].deps == ()
+        assert u.plan == fallback_plan(u.task.text)  # read from the task's text alone
     assert 1 <= len(u.plan.steps) <= u.config.max_subtasks
 
 

@@ -2,19 +2,24 @@
 
 A plan is an ordered list of steps, each with a type label, a domain label, an instruction and the ids of the
 earlier steps whose answers it reads (``{k}`` in an instruction stands for step ``k``'s answer, 1-based). The
-planner's reply must follow :data:`PLAN_FORMAT`; :func:`parse_plan` checks it against that schema. A reply that
-fails gets one repair call (the error is quoted back); if that fails too, a one-step fallback plan ("answer the
-task directly") is used. Every call is charged. What the plan *means* (its true step types, whether it answers
-the task) is hidden state, computed by :mod:`edo_gym.world.grading`.
+planner's reply must follow :data:`PLAN_FORMAT`; :func:`parse_plan` checks it against that schema. The request
+also carries the schema as JSON (:func:`plan_schema`), so a server that constrains decoding to a schema (llama.cpp,
+vLLM, OpenAI's structured output) can only write plans whose steps read earlier steps. A reply that fails gets one
+repair call (the error is quoted back); if that fails too, the fallback plan (:func:`fallback_plan`) is used: a
+plan of the shape the task's text asks for. Every call is charged. What the plan *means* (its true step types,
+whether it answers the task) is hidden state, computed by :mod:`edo_gym.world.grading`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 from edo_gym.config import DOMAINS, SUBTASK_TYPES
+from edo_gym.world.generator import RELATIONS
+from edo_gym.world.language import compute_instruction, parse_question, reply_instruction
 
 PLAN_FORMAT = (
     'JSON only: {"steps": [{"type": "lookup" | "compute" | "write", "domain": one of '
@@ -29,6 +34,10 @@ PLANNER_SYSTEM = (
 PLAN_INSTRUCTION = "Decompose the task into steps."
 REPAIR_INSTRUCTION = "Your previous plan was invalid ({error}). Reply again with a valid plan."
 MAX_INSTRUCTION_CHARS = 600
+#: Longest instruction the plan schema admits: a step's instruction is one question or one operation (the longest the
+#: simulated planner writes is about 120 characters); a small model decoding under the schema otherwise can repeat
+#: itself inside one string until it runs out of tokens.
+SCHEMA_INSTRUCTION_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,87 @@ def plan_to_json(steps: list[dict]) -> str:
     return json.dumps({"steps": steps}, ensure_ascii=False)
 
 
+@lru_cache(maxsize=16)
+def plan_schema(max_steps: int) -> str:
+    """The JSON schema of a plan of 1 to ``max_steps`` steps in which step ``k`` reads only steps ``1..k-1``, as
+    canonical JSON text (:attr:`LLMRequest.json_schema`).
+
+    One schema per position (``prefixItems``): step ``k``'s ``inputs`` items are an enum of ``1..k-1`` (the first
+    step has no inputs), so a server that decodes under the schema cannot write a forward or self reference. An
+    instruction is at most ``SCHEMA_INSTRUCTION_CHARS`` characters here (``parse_plan`` accepts up to
+    ``MAX_INSTRUCTION_CHARS``)."""
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}")
+
+    def step(k: int) -> dict:
+        inputs: dict = {"type": "array", "maxItems": 0} if k == 1 else {
+            "type": "array", "items": {"enum": list(range(1, k))}, "uniqueItems": True, "maxItems": k - 1,
+        }  # fmt: skip
+        return {
+            "type": "object",
+            "properties": {
+                "type": {"enum": list(SUBTASK_TYPES)},
+                "domain": {"enum": list(DOMAINS)},
+                "instruction": {"type": "string", "minLength": 1, "maxLength": SCHEMA_INSTRUCTION_CHARS},
+                "inputs": inputs,
+            },
+            "required": ["type", "domain", "instruction", "inputs"],
+            "additionalProperties": False,
+        }
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "steps": {
+                "type": "array",
+                # no "items": false (llama.cpp's grammar converter rejects it); maxItems bounds the list to the prefix
+                "prefixItems": [step(k) for k in range(1, max_steps + 1)],
+                "minItems": 1,
+                "maxItems": max_steps,
+            }
+        },
+        "required": ["steps"],
+        "additionalProperties": False,
+    }
+    # the properties in the order a plan is written (a grammar built from the schema follows it)
+    return json.dumps(schema, separators=(",", ":"))
+
+
+_ANALYTICS = re.compile(
+    r"^What was the (?P<what>combined|highest single-store) revenue of the (?P<stores>.+?) stores? in (?P<month>\w+), "
+    r"in thousands\?$"
+)
+_CUSTOMER = re.compile(r"\b(customer|ticket|reply|refund)\b", re.IGNORECASE)
+
+
 def fallback_plan(task_text: str) -> Plan:
-    """The plan used when the planner gives no valid plan twice: one step that answers the task directly."""
-    return Plan((PlanStep("write", DOMAINS[0], task_text[:MAX_INSTRUCTION_CHARS], ()),), None, "fallback")
+    """The plan used when the planner gives no valid plan twice: the shape the task's text asks for, read from the
+    text alone (as a rule-based planner would; nothing hidden).
+
+    - revenue of named stores "in thousands": one lookup per store, then a compute step (the sum for "combined",
+      the maximum for "highest single-store") over them;
+    - a customer's message (a refund question): a lookup with the message, then a one-sentence reply from it;
+    - any other question: one lookup that asks it (a question stays a lookup);
+    - anything else: one write step with the task text.
+    """
+    text = task_text.strip()
+    m = _ANALYTICS.match(text)
+    if m:
+        stores = [x.strip() for x in re.split(r",\s*|\s+and\s+", m.group("stores")) if x.strip()]
+        relation = RELATIONS.get(f"revenue_{m.group('month').lower()}")
+        if relation is not None and stores:
+            steps = [PlanStep("lookup", relation.domain, relation.question.format(x=store), ()) for store in stores]
+            op = "sum" if m.group("what") == "combined" else "max"
+            refs = [f"{{{k}}}" for k in range(1, len(stores) + 1)]
+            steps.append(PlanStep("compute", relation.domain, compute_instruction(op, refs), tuple(range(len(stores)))))
+            return Plan(tuple(steps), None, "fallback")
+    instruction = text[:MAX_INSTRUCTION_CHARS]
+    if _CUSTOMER.search(text):
+        policies = RELATIONS["refund_window"].domain
+        lookup = PlanStep("lookup", policies, instruction, ())
+        return Plan((lookup, PlanStep("write", policies, reply_instruction("{1}"), (0,))), None, "fallback")
+    if text.endswith("?"):
+        parsed = parse_question(text)
+        domain = RELATIONS[parsed[0][-1]].domain if parsed is not None else DOMAINS[0]
+        return Plan((PlanStep("lookup", domain, instruction, ()),), None, "fallback")
+    return Plan((PlanStep("write", DOMAINS[0], instruction, ()),), None, "fallback")

@@ -41,6 +41,9 @@ class LLMRequest:
     :param max_tokens: completion token limit.
     :param temperature: sampling temperature.
     :param seed: sampling seed, drawn from the env's RNG; part of the cache key.
+    :param json_schema: a JSON schema (as canonical JSON text) the reply must follow, or ``""`` for free text; a
+        server that supports it constrains its decoding to it (OpenAI's ``response_format`` ``json_schema``).
+    :param stop: strings at which generation stops (not included in the reply); ``()`` for none.
     """
 
     role: str
@@ -55,6 +58,8 @@ class LLMRequest:
     max_tokens: int = 96
     temperature: float = 0.0
     seed: int = 0
+    json_schema: str = ""
+    stop: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -70,6 +75,8 @@ class LLMRequest:
         max_tokens: int = 96,
         temperature: float = 0.0,
         seed: int = 0,
+        json_schema: str = "",
+        stop: tuple[str, ...] = (),
     ) -> None:
         # what the generated frozen-dataclass __init__ does, without its object.__setattr__ per field (a request is
         # made on every step: this is about 4x cheaper); the dataclass still generates repr, eq, hash and fields()
@@ -86,10 +93,17 @@ class LLMRequest:
         d["max_tokens"] = max_tokens
         d["temperature"] = temperature
         d["seed"] = seed
+        d["json_schema"] = json_schema
+        d["stop"] = stop
         if role not in ROLES:
             raise ValueError(f"LLMRequest.role must be one of {list(ROLES)}, got {role!r}")
         if not isinstance(inputs, tuple) or not isinstance(documents, tuple):
             raise TypeError("LLMRequest.inputs and .documents must be tuples of str")
+        if type(stop) is not tuple or type(json_schema) is not str:  # the items of stop are checked where they are sent
+            raise TypeError(
+                f"LLMRequest.stop must be a tuple of strings and .json_schema JSON text ('' for none), got {stop!r}, "
+                f"{type(json_schema).__name__}"
+            )
 
     def user_message(self) -> str:
         """The user message a chat model reads: task, instruction, inputs, context documents, answer, format."""
@@ -112,17 +126,28 @@ class LLMRequest:
         """System and user message as one string (what an estimate of prompt tokens counts)."""
         return self.system + "\n" + self.user_message()
 
+    def schema(self) -> dict | None:
+        """``json_schema`` parsed, or ``None`` when the reply is free text."""
+        return json.loads(self.json_schema) if self.json_schema else None
+
     def cache_key(self, model: str, extra: dict | None = None) -> str:
-        """Content address of this request sent to ``model`` (sha256 of the canonical JSON of every field)."""
+        """Content address of this request sent to ``model`` (sha256 of the canonical JSON of every field; the
+        optional ``json_schema`` and ``stop`` only when set, so that requests without them keep the keys they were
+        recorded under before these fields existed)."""
         # the fields are str, int, float and tuples of str: this dict is what ``dataclasses.asdict`` gives (the keys of
         # recorded caches depend on it; tested), without its recursive deep copy (most of a replayed call's cost)
         request = {name: getattr(self, name) for name in _REQUEST_FIELDS}
+        for name in _OPTIONAL_FIELDS:
+            if not request[name]:
+                del request[name]
         payload = {"model": model, "request": request, "extra": extra or {}}
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
 _REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LLMRequest))
+#: Fields left out of the cache key when empty.
+_OPTIONAL_FIELDS: tuple[str, ...] = ("json_schema", "stop")
 
 
 @dataclass(frozen=True)
@@ -172,12 +197,14 @@ class LLMBackend(Protocol):
 
 
 def parse_verdict(text: str) -> str | None:
-    """The verdict word (one of ``VERDICTS``) a verifier's reply starts with or states, or ``None``."""
-    words = [w.strip(".,:;!*\"'()[]").upper() for w in text.split()]
-    for w in words[:8]:
-        if w in VERDICTS:
-            return w
-    for w in words:
-        if w in VERDICTS:
-            return w
+    """The verdict word (one of ``VERDICTS``) a verifier's reply starts with, or ``None``.
+
+    Only the start counts: the first word (markdown and punctuation stripped, any case), or the second after a
+    ``Verdict:`` label. A verdict word later in a reply does not count: a model that echoes the instruction
+    ("Output format: CORRECT, INCORRECT or UNSURE") has given no verdict."""
+    words = [w for w in (w.strip(".,:;!*\"'()[]#`_").upper() for w in text.split()[:2]) if w]
+    if words and words[0] in VERDICTS:
+        return words[0]
+    if len(words) > 1 and words[0] == "VERDICT" and words[1] in VERDICTS:
+        return words[1]
     return None

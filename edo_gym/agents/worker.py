@@ -46,12 +46,21 @@ VERIFIER_SYSTEM = (
     "You are {name}, checking a teammate's answer. Compare it with the context documents and what you know. Reply with "
     "one word first: CORRECT, INCORRECT or UNSURE (when you cannot check it)."
 )
+# What each call must return, said plainly: a real model reads this (the simulator does not, and it is not counted in
+# the estimated prompt tokens, so the simulated costs do not depend on its wording).
 OUTPUT_FORMATS = {
-    "lookup": "the answer only (a name, a number or a short phrase), no explanation",
-    "compute": "the resulting number only",
-    "write": "one sentence addressed to the customer",
+    "lookup": "Reply with the answer only: the name, number or short phrase the instruction asks for, as the context "
+    "documents write it. No sentence, no explanation. If you do not know, reply: I don't know",
+    "compute": "Reply with the resulting number only, in digits, with no words, units or working",
+    "write": "Reply with one sentence addressed to the customer, in the form: You can request a refund within <refund "
+    "window>.",
 }
-VERIFY_FORMAT = "CORRECT, INCORRECT or UNSURE, then at most one short sentence"
+VERIFY_FORMAT = (
+    "Start the reply with one word: CORRECT (the answer under review is right), INCORRECT (it is wrong) or UNSURE (you "
+    "cannot check it); then at most one short sentence"
+)
+#: Where a worker's and a verifier's reply ends: the first line holds the answer (or the verdict).
+STOP_AT_NEWLINE: tuple[str, ...] = ("\n",)
 _ABSTAIN = normalize(ABSTAIN_TEXT)
 #: A verifier's verdict by the word it answered with (any other: ``unsure``).
 _VERDICT_OF_WORD = {"CORRECT": "ok", "INCORRECT": "flagged"}
@@ -288,6 +297,7 @@ class Worker:
             documents=documents,
             output_format=OUTPUT_FORMATS.get(label, OUTPUT_FORMATS["lookup"]),
             seed=seed,
+            stop=STOP_AT_NEWLINE,
         )
         response, outcome, cost = self.caller.call(request, self.spec.size, doc_tokens)
         if retrieve:
@@ -334,6 +344,7 @@ class Worker:
             output_format=VERIFY_FORMAT,
             max_tokens=32,
             seed=seed,
+            stop=STOP_AT_NEWLINE,
         )
         response, outcome, cost = self.caller.call(request, self.spec.size, doc_tokens)
         if retrieved:
@@ -361,9 +372,9 @@ def retrieval_query(label: str, instruction: str) -> str:
     return instruction if label == "lookup" else OP_QUERIES.get(label, instruction)
 
 
-def plan_request(task: str, instruction: str, output_format: str, seed: int, system: str) -> LLMRequest:
-    """A planner request (see :mod:`edo_gym.agents.planner`)."""
+def plan_request(task: str, instruction: str, output_format: str, seed: int, system: str, json_schema: str = "") -> LLMRequest:
+    """A planner request (see :mod:`edo_gym.agents.planner`); ``json_schema``: the plan schema a server may decode under."""
     return LLMRequest(
         role="planner", agent="planner", system=system, task=task, instruction=instruction,
-        output_format=output_format, max_tokens=512, seed=seed,
+        output_format=output_format, max_tokens=512, seed=seed, json_schema=json_schema,
     )  # fmt: skip

@@ -67,6 +67,7 @@ from edo_gym.agents.planner import (
     PlanStep,
     fallback_plan,
     parse_plan,
+    plan_schema,
 )
 from edo_gym.agents.protocol import LLMBackend
 from edo_gym.agents.simulator import SimulatedBackend
@@ -396,7 +397,9 @@ class EDOEnv(gym.Env):
         call_error = ""
         for attempt in range(2):
             instruction = PLAN_INSTRUCTION if attempt == 0 else REPAIR_INSTRUCTION.format(error=error)
-            request = plan_request(self.task.text, instruction, PLAN_FORMAT, self._seed(), PLANNER_SYSTEM)
+            request = plan_request(
+                self.task.text, instruction, PLAN_FORMAT, self._seed(), PLANNER_SYSTEM, plan_schema(self.config.max_subtasks)
+            )
             response, outcome, cost = self.caller.call(request, PLANNER_SIZE)
             total.prompt_tokens += cost.prompt_tokens
             total.completion_tokens += cost.completion_tokens

@@ -41,12 +41,14 @@ from edo_gym._sqlite import retry_locked, set_wal
 from edo_gym.agents.backend import TransientBackendError
 from edo_gym.agents.protocol import LLMBackend, LLMRequest, LLMResponse
 from edo_gym.llm.counts import CallCounter, CallCounts
-from edo_gym.llm.errors import EmptyAnswerError, LLMBackendError, LLMTransientError, ReplayMissError
+from edo_gym.llm.errors import EmptyAnswerError, LLMBackendError, LLMCacheError, LLMTransientError, ReplayMissError
 
 #: Cache modes, see the module docstring.
 CACHE_MODES: tuple[str, ...] = ("off", "record", "replay", "read-through")
 #: File name used when the cache path is a directory (``--llm-cache DIR``).
 CACHE_FILE_NAME = "llm_cache.sqlite"
+#: Name endings that make a cache path the SQLite file itself rather than a directory.
+CACHE_FILE_SUFFIXES: tuple[str, ...] = (".sqlite", ".sqlite3", ".db")
 #: Seconds a writer waits for another process's lock before failing.
 BUSY_TIMEOUT_S = 60.0
 
@@ -67,6 +69,10 @@ CREATE TABLE IF NOT EXISTS llm_responses (
     created_at REAL NOT NULL
 )
 """
+_COLUMNS = (
+    "key", "model", "role", "agent", "request", "text", "prompt_tokens", "completion_tokens", "latency_s", "confidence",
+    "error", "error_message", "created_at",
+)  # fmt: skip
 #: ``error`` values: a recorded failure instead of an answer.
 EMPTY, TRANSIENT = "empty", "transient"
 
@@ -100,20 +106,29 @@ class CacheEntry:
 
 
 def cache_file(path: str | os.PathLike) -> Path:
-    """The SQLite file for ``path``: ``path`` itself, or ``path/llm_cache.sqlite`` when it is a directory or ends in a
-    path separator."""
-    text = os.fspath(path)
-    p = Path(text)
-    if p.is_dir() or text.endswith(("/", os.sep)):
-        return p / CACHE_FILE_NAME
-    return p
+    """The SQLite file a cache path names: the path itself when its name ends in one of ``CACHE_FILE_SUFFIXES``
+    (``.sqlite``, ``.sqlite3``, ``.db``), else ``path/llm_cache.sqlite`` (any other path is a directory).
+
+    :raises ValueError: ``path`` is an existing file whose name does not end in one of those suffixes (it would
+        otherwise be taken for a directory)."""
+    p = Path(os.fspath(path))
+    if p.suffix.lower() in CACHE_FILE_SUFFIXES:
+        return p
+    if p.exists() and not p.is_dir():
+        raise ValueError(
+            f"LLM cache path {p} is a file whose name does not end in {' / '.join(CACHE_FILE_SUFFIXES)}: a cache path is "
+            f"a directory (it holds {CACHE_FILE_NAME}) or a file named *.sqlite"
+        )
+    return p / CACHE_FILE_NAME
 
 
 class ResponseCache:
     """A SQLite file of LLM answers keyed by content address; safe to share between threads and processes.
 
-    :param path: the file, or a directory to hold ``llm_cache.sqlite`` (created when missing unless ``readonly``).
+    :param path: a file named ``*.sqlite`` (or ``.sqlite3``, ``.db``), or any other path: a directory to hold
+        ``llm_cache.sqlite`` (see :func:`cache_file`; created when missing unless ``readonly``).
     :param readonly: open without write access (replay, read-through); a missing file is then an empty cache.
+    :raises LLMCacheError: the file exists but is not an SQLite file, or not an EDO-Gym LLM cache.
     """
 
     def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
@@ -124,7 +139,7 @@ class ResponseCache:
         self._pid = -1
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._connect()
+        self.check()  # connects, and fails here for a file that is not a cache
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "readonly": self.readonly}
@@ -142,6 +157,8 @@ class ResponseCache:
         if self.readonly:
             if not self.path.exists():
                 return None
+            if self.path.is_dir():
+                raise self._broken(IsADirectoryError(f"{self.path} is a directory"))
             conn = sqlite3.connect(
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False
             )
@@ -157,6 +174,36 @@ class ResponseCache:
                 raise
         self._conn, self._pid = conn, os.getpid()
         return conn
+
+    def _broken(self, exc: BaseException) -> LLMCacheError:
+        return LLMCacheError(
+            f"the LLM cache {self.path} cannot be used ({type(exc).__name__}: {exc}): it is not an SQLite file written "
+            "by EDO-Gym's record mode, or it is damaged; record a new one (--llm-cache-mode record) in another place",
+            endpoint=str(self.path),
+        )
+
+    def check(self) -> None:
+        """Fail now, rather than at every call, when the file is not a usable cache.
+
+        :raises LLMCacheError: it is not an SQLite file, or it has tables but not an ``llm_responses`` table with
+            this module's columns. A read-only file with no tables at all is an empty cache."""
+        with self._lock:
+            try:
+                conn = self._connect()
+                if conn is None:
+                    return
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not tables:
+                    return
+                if "llm_responses" not in tables:
+                    raise sqlite3.DatabaseError(f"it has tables {sorted(tables)} but no llm_responses table")
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(llm_responses)")}
+                missing = set(_COLUMNS) - columns
+                if missing:
+                    raise sqlite3.DatabaseError(f"its llm_responses table lacks the columns {sorted(missing)}")
+                conn.execute("SELECT COUNT(*) FROM llm_responses").fetchone()
+            except sqlite3.Error as exc:
+                raise self._broken(exc) from None
 
     def close(self) -> None:
         with self._lock:
@@ -200,7 +247,9 @@ class ResponseCache:
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):
                     return None
-                raise
+                raise self._broken(exc) from None
+            except sqlite3.Error as exc:
+                raise self._broken(exc) from None
         return None if row is None else CacheEntry(*row)
 
     def put(
@@ -257,7 +306,10 @@ class ResponseCache:
         with self._lock:
             conn = self._connect()
             assert conn is not None
-            conn.execute(sql, row)
+            try:
+                conn.execute(sql, row)
+            except sqlite3.Error as exc:
+                raise self._broken(exc) from None
         stored = self.get(key)
         assert stored is not None
         return stored
@@ -326,24 +378,29 @@ class CachedBackend:
             return self._ask(request, None, "")
         assert self.cache is not None
         key, model = self.key(request)
-        entry = self.cache.get(key)
+        try:
+            entry = self.cache.get(key)
+        except LLMCacheError as exc:
+            self._counter.fail(f"{type(exc).__name__}: {exc}")
+            raise
         if entry is not None and not (entry.error == TRANSIENT and self.mode != "replay"):
             return self._from_entry(request, entry)
         if self.mode == "replay":
-            self._counter.add("failed")
             held = self.cache.models()
             if held and model not in held:
                 hint = f"the cache holds answers from models {held}, none from {model!r}: replay with the model name used to record"
             else:
                 hint = "the run asked something the recording never saw: record it with cache mode 'record' "
                 hint += "(--llm-cache-mode record), or use 'read-through' to ask the server for what is missing"
-            raise ReplayMissError(
+            miss = ReplayMissError(
                 f"replay miss: {self.cache.path} holds no answer for {request.role} {request.agent!r} "
                 f"(model {model!r}, seed {request.seed}, instruction {request.instruction[:120]!r}, key {key}); {hint}",
                 agent=request.agent,
                 role=request.role,
                 endpoint=str(self.cache.path),
             )
+            self._counter.fail(f"{type(miss).__name__}: {miss}")
+            raise miss
         return self._ask(request, key if self.mode == "record" else None, model)
 
     def _from_entry(self, request: LLMRequest, entry: CacheEntry, *, count: bool = True) -> LLMResponse:
@@ -351,15 +408,16 @@ class CachedBackend:
             if count:
                 self._counter.add("cached")
             return entry.response()
-        if count:
-            self._counter.add("failed")
         cls = EmptyAnswerError if entry.error == EMPTY else LLMTransientError
-        raise cls(
+        error = cls(
             f"recorded failure, replayed from {self.cache.path}: {entry.error_message}",  # type: ignore[union-attr]
             agent=request.agent,
             role=request.role,
             endpoint=str(self.cache.path),  # type: ignore[union-attr]
         )
+        if count:
+            self._counter.fail(f"{type(error).__name__}: {error}")
+        raise error
 
     def _ask(self, request: LLMRequest, key: str | None, model: str) -> LLMResponse:
         """Ask ``inner``; store the outcome under ``key`` (``None``: store nothing)."""
@@ -367,19 +425,24 @@ class CachedBackend:
         try:
             response = self.inner.complete(request)
         except (EmptyAnswerError, TransientBackendError, TimeoutError) as exc:
-            self._counter.add("failed")
+            self._counter.fail(f"{type(exc).__name__}: {exc}")
             if key is not None:
                 kind = EMPTY if isinstance(exc, EmptyAnswerError) else TRANSIENT
                 message = str(exc) if isinstance(exc, LLMBackendError) else f"{type(exc).__name__}: {exc}"
                 self.cache.put(key, model, request, error=kind, error_message=message)  # type: ignore[union-attr]
             raise
-        except Exception:
-            self._counter.add("failed")
+        except Exception as exc:
+            self._counter.fail(f"{type(exc).__name__}: {exc}")
+            raise
+        if key is None:
+            self._counter.add("real")
+            return response
+        try:
+            stored = self.cache.put(key, model, request, response)  # type: ignore[union-attr]
+        except LLMCacheError as exc:
+            self._counter.fail(f"{type(exc).__name__}: {exc}")
             raise
         self._counter.add("real")
-        if key is None:
-            return response
-        stored = self.cache.put(key, model, request, response)  # type: ignore[union-attr]
         if stored.error is None and stored.text == response.text:
             return response
         # Another process stored its answer (or an empty-answer failure) first: everyone gets that one.

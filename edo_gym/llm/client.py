@@ -210,7 +210,8 @@ class OpenAIBackend:
         return self.model_for(request), {"api": "chat.completions", "logprobs": self.logprobs}
 
     def complete(self, request: LLMRequest) -> LLMResponse:
-        """Send ``request`` (with its ``seed``, ``temperature`` and ``max_tokens``) and return the answer.
+        """Send ``request`` (with its ``seed``, ``temperature``, ``max_tokens``, and its ``stop`` sequences and JSON schema
+        (``response_format``) when it has them) and return the answer.
 
         ``latency_s`` is the wall-clock time from sending the first attempt to the answer (back-offs included, the
         wait for a free slot under ``max_concurrent`` excluded). Usage is the server's (``None`` where it gives
@@ -232,6 +233,17 @@ class OpenAIBackend:
         }
         if self.logprobs:
             params["logprobs"] = True
+        if request.stop:
+            if not all(isinstance(x, str) and x for x in request.stop):
+                raise ValueError(f"LLMRequest.stop must hold non-empty strings, got {request.stop!r}")
+            params["stop"] = list(request.stop)
+        schema = request.schema()
+        if schema is not None:
+            # OpenAI's structured output; llama.cpp and vLLM turn the schema into a grammar that constrains decoding
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": request.role, "schema": schema, "strict": True},
+            }
         openai = self._openai
         fatal: LLMBackendError | None = None
         with self._slots:
@@ -274,9 +286,10 @@ class OpenAIBackend:
                         latency_s=time.perf_counter() - start,
                         confidence=confidence,
                     )
-        self._counter.add("failed")
+        error = fatal or self._exhausted(request, model, last_kind, last_detail)
+        self._counter.fail(f"{type(error).__name__}: {error}")
         # Raised outside the except blocks: the openai exception (whose text may echo the key) is not attached.
-        raise fatal or self._exhausted(request, model, last_kind, last_detail)
+        raise error
 
     # -- helpers ------------------------------------------------------------------------------------------------
 
@@ -324,7 +337,7 @@ class OpenAIBackend:
         else:
             hint = (
                 "the server rejected the request: check the model name and the parameters it accepts "
-                "(seed, temperature, max_tokens; logprobs: pass logprobs=False if it has none)"
+                "(seed, temperature, max_tokens, stop, response_format; logprobs: pass logprobs=False if it has none)"
             )
         message = f"{self._who(request, model)}: HTTP {status}: {hint}" + (f" (server said: {detail})" if detail else "")
         return LLMBackendError(self._redact(message), agent=request.agent, role=request.role, endpoint=self.endpoint)

@@ -43,3 +43,7 @@ class EmptyAnswerError(LLMBackendError):
 
 class ReplayMissError(LLMBackendError, LookupError):
     """Replay mode met a request that the recording never saw."""
+
+
+class LLMCacheError(LLMBackendError):
+    """The record/replay cache file cannot be used (not an SQLite file, not an EDO-Gym cache, unreadable)."""

@@ -80,6 +80,94 @@ def resolve_model(model: str | os.PathLike | None) -> tuple[Path, str]:
     return path, path.stem
 
 
+#: GGUF metadata value types (``gguf`` spec): fixed sizes in bytes; 8 is a string, 9 an array.
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+#: The metadata key of a GGUF's chat template.
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+
+
+def gguf_metadata_keys(path: str | os.PathLike) -> list[str]:
+    """The metadata keys of a GGUF file (version 2 or 3), read from its header without loading the model.
+
+    :raises ValueError: the file is not a GGUF file (or its header is cut short)."""
+    import struct
+
+    def read(f: Any, n: int) -> bytes:
+        data = f.read(n)
+        if len(data) != n:
+            raise ValueError(f"{path}: the GGUF header is cut short")
+        return data
+
+    def skip_value(f: Any, kind: int) -> None:
+        if kind in _GGUF_SIZES:
+            f.seek(_GGUF_SIZES[kind], 1)
+        elif kind == _GGUF_STRING:
+            f.seek(struct.unpack("<Q", read(f, 8))[0], 1)
+        elif kind == _GGUF_ARRAY:
+            item, n = struct.unpack("<IQ", read(f, 12))
+            if item in _GGUF_SIZES:
+                f.seek(_GGUF_SIZES[item] * n, 1)
+            else:
+                for _ in range(n):
+                    skip_value(f, item)
+        else:
+            raise ValueError(f"{path}: unknown GGUF value type {kind}")
+
+    with open(path, "rb") as f:
+        if read(f, 4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file (no GGUF magic number)")
+        version, _tensors, n_keys = struct.unpack("<IQQ", read(f, 20))
+        if version < 2:
+            raise ValueError(f"{path}: GGUF version {version} is not supported (2 or 3)")
+        keys = []
+        for _ in range(n_keys):
+            (length,) = struct.unpack("<Q", read(f, 8))
+            keys.append(read(f, length).decode("utf-8", errors="replace"))
+            (kind,) = struct.unpack("<I", read(f, 4))
+            skip_value(f, kind)
+    return keys
+
+
+def free_cores() -> tuple[int, int, float | None]:
+    """``(free, usable, load)``: CPU cores this process may use (its affinity), the one-minute load average, and the
+    cores that load leaves free (``usable - round(load)``, at least 0; ``usable`` when the OS gives no load)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return usable, usable, None
+    return max(0, usable - round(load)), usable, load
+
+
+def serve_warnings(model_path: str | os.PathLike, threads: int) -> list[str]:
+    """What ``edo serve-llm`` warns about before it loads ``model_path`` with ``threads`` threads: a GGUF without a
+    chat template (a base model: chat requests get a generic template and the answers are rarely useful), and more
+    threads than free cores (llama.cpp's threads busy-wait for each other, so a thread that shares its core with other
+    work slows every token)."""
+    out = []
+    try:
+        keys = gguf_metadata_keys(model_path)
+    except (OSError, ValueError) as exc:
+        out.append(f"could not read the GGUF metadata of {model_path} ({exc}); llama.cpp will try to load it")
+    else:
+        if CHAT_TEMPLATE_KEY not in keys:
+            out.append(
+                f"{model_path} has no chat template ({CHAT_TEMPLATE_KEY}): it looks like a base model, not a chat model; "
+                "llama.cpp falls back to a generic template, and the planner, workers and verifiers (chat requests) will "
+                "rarely get useful answers. Serve an instruction-tuned GGUF"
+            )
+    free, usable, load = free_cores()
+    if threads > max(1, free):  # one thread is the least there is: no warning for it on a busy machine
+        busy = "" if load is None else f", one-minute load average {load:.1f}"
+        out.append(
+            f"--threads {threads} is more than the free CPU cores (about {free} of {usable}{busy}): llama.cpp's threads "
+            "wait for each other on every token, so a thread that shares a core with other work slows generation many "
+            f"times over. --threads should not exceed the free cores (here: --threads {max(1, free)})"
+        )
+    return out
+
+
 def _port_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -144,6 +232,8 @@ def serve(
     end_process: bool = True,
 ) -> int:
     """Serve ``model`` until SIGINT/SIGTERM; print ``base_url: URL`` and a ``model:`` line first, ``stopped`` last.
+    Before loading, :func:`serve_warnings` are printed on stderr (a GGUF without a chat template, more threads than
+    free cores).
 
     :param end_process: after the stop, end the process at once with exit status 0 (``os._exit``) instead of
         running llama.cpp's in-process teardown: xllamacpp's destructor holds the GIL while it stops the HTTP server
@@ -152,6 +242,8 @@ def serve(
         ``python -m edo_gym.llm.server`` use the default; ``False`` returns 0 after the teardown.
     """
     path, name = resolve_model(model)
+    for warning in serve_warnings(path, threads):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     start = time.perf_counter()
     server, base_url = start_server(
         path, name, port=port, host=host, threads=threads, ctx=ctx, parallel=parallel, verbose=verbose
@@ -200,7 +292,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     dft = " (default: %(default)s)"
     parser.add_argument("--port", type=_port, required=True, help="TCP port to listen on; 0 picks a free one")
     parser.add_argument("--model", default=None, help="a .gguf file (default: the bundled SmolLM2-135M-Instruct)")
-    parser.add_argument("--threads", type=count, default=1, help="CPU threads" + dft)
+    parser.add_argument("--threads", type=count, default=1,
+                        help="CPU threads; should not exceed the free cores (cores busy with other work slow every "
+                        "token; a warning says so)" + dft)  # fmt: skip
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on" + dft)
     parser.add_argument("--ctx", type=count, default=DEFAULT_CTX, help="context tokens per slot" + dft)
     parser.add_argument("--parallel", type=count, default=1, help="requests decoded together" + dft)

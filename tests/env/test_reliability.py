@@ -402,22 +402,24 @@ def test_an_invalid_plan_is_repaired_with_the_error_quoted(bad):
     step_checked(env, checker, info, 1)
 
 
-def test_two_invalid_plans_give_the_one_step_fallback_plan_and_the_episode_goes_on():
+def test_two_invalid_plans_give_the_fallback_plan_of_the_tasks_shape_and_the_episode_goes_on():
     env, backend = make_env({"planner": ["text:prose", "text:cut_json"]})
     checker = EpisodeChecker()
     obs, info = reset_checked(env, checker)
     with pytest.raises(PlanError) as excinfo:
         parse_plan(BAD_TEXTS["cut_json"], env.config.max_subtasks)
     assert env.trace[1] == ("plan_fallback", str(excinfo.value))
-    assert env.plan.source == "fallback" and len(env.plan.steps) == 1 and env.plan.steps[0].instruction == env.task.text
+    # a support task: a lookup with the customer's message, then the reply written from it
+    assert env.plan.source == "fallback" and [s.label for s in env.plan.steps] == ["lookup", "write"]
+    assert env.plan.steps[0].instruction == env.task.text and env.plan.steps[1].deps == (0,)
     assert obs["plan"][obs_lib.P_FALLBACK] == 1.0 and obs["plan"][obs_lib.P_CONF_GIVEN] == 0.0
-    assert obs["plan"][obs_lib.P_LEN] == pytest.approx(1 / env.config.max_subtasks)
-    assert obs["subtasks"][1:, obs_lib.C_PRESENT].sum() == 0
+    assert obs["plan"][obs_lib.P_LEN] == pytest.approx(2 / env.config.max_subtasks)
+    assert obs["subtasks"][2:, obs_lib.C_PRESENT].sum() == 0
     assert "planner gave no valid plan" in env.render()
     # both planner calls are charged on the first step; the fallback plan is worked like any other
     _, reward, _, _, info = step_checked(env, checker, info, 1)
     assert info["cost"]["calls"] == 3 and reward < 0
-    assert env.current_step == -1 and info["action_mask"][: env.n_dispatch].sum() == 0
+    assert env.current_step == 1 and info["action_mask"][: env.n_dispatch].sum() > 0
     _, _, terminated, _, info = step_checked(env, checker, info, env.A_SUBMIT)
     assert terminated and info["episode_stats"]["failed_calls"] == 0 and info["episode_stats"]["calls"] == 3
 
@@ -478,7 +480,7 @@ def test_replan_with_invalid_plans_falls_back_mid_episode_and_charges_the_planne
     backend.inject("planner", "text:no_steps", "text:unknown_domain")
     obs, reward, _, _, info = step_checked(env, checker, info, env.A_REPLAN)
     assert [e[0] for e in env.trace[-2:]] == ["plan_fallback", "replan"]
-    assert env.plan.source == "fallback" and env.results == [None] and env.current_step == 0
+    assert env.plan.source == "fallback" and env.results == [None, None] and env.current_step == 0
     assert info["event"] == "replan" and info["cost"]["calls"] == 2 and reward < 0
     assert obs["plan"][obs_lib.P_FALLBACK] == 1.0 and obs["plan"][obs_lib.P_REPLANS] > 0
     assert "planner gave no valid plan" in env.render()

@@ -252,7 +252,24 @@ def test_the_key_is_the_sha256_of_the_canonical_json_of_every_field():
     import dataclasses
     import hashlib
 
+    def key(request) -> str:
+        fields = dataclasses.asdict(request)
+        for name in ("json_schema", "stop"):  # optional: in the key only when set (recordings made before them keep theirs)
+            if not fields[name]:
+                del fields[name]
+        payload = {"model": "m1", "request": fields, "extra": {"top_p": 1.0}}
+        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
     request = dataclasses.replace(_request(7), inputs=("Paris", "2 km"), documents=("Doc one.", "Doc two."), answer="x")
-    payload = {"model": "m1", "request": dataclasses.asdict(request), "extra": {"top_p": 1.0}}
-    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    assert request.cache_key("m1", extra={"top_p": 1.0}) == hashlib.sha256(blob.encode()).hexdigest()
+    assert request.cache_key("m1", extra={"top_p": 1.0}) == key(request)
+    constrained = dataclasses.replace(request, json_schema='{"type":"object"}', stop=("\n",))
+    assert constrained.cache_key("m1", extra={"top_p": 1.0}) == key(constrained)
+    # each of them is part of the address
+    keys = {
+        request.cache_key("m1"),
+        dataclasses.replace(request, stop=("\n",)).cache_key("m1"),
+        dataclasses.replace(request, json_schema='{"type":"object"}').cache_key("m1"),
+        constrained.cache_key("m1"),
+    }
+    assert len(keys) == 4

@@ -7,7 +7,6 @@ tiny HTTP server that plays a failing remote service; it is used for fault injec
 
 from __future__ import annotations
 
-import http.server
 import json
 import logging
 import pickle
@@ -28,6 +27,7 @@ from edo_gym.agents.protocol import LLMBackend, LLMRequest  # noqa: E402
 from edo_gym.llm.cache import CachedBackend  # noqa: E402
 from edo_gym.llm.client import OpenAIBackend, confidence_from_logprobs, public_endpoint  # noqa: E402
 from edo_gym.llm.errors import EmptyAnswerError, LLMBackendError, LLMTimeoutError, LLMTransientError  # noqa: E402
+from tests.openai_fake import FaultServer  # noqa: E402
 
 SECRET = "sk-edo-test-7f3c9a1e5b2d4086-do-not-leak"
 KEY_ENV = "EDO_TEST_LLM_KEY"
@@ -43,86 +43,6 @@ REQUEST = LLMRequest(
     max_tokens=12,
     seed=3,
 )
-
-
-# -- a failing remote service, for fault injection ---------------------------------------------------------------------
-def _completion(content: str | None, *, usage: bool = True, logprobs: bool = True) -> dict:
-    choice: dict = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-    if logprobs:
-        choice["logprobs"] = {"content": [{"token": "Paris", "logprob": -0.1, "bytes": None, "top_logprobs": []}]}
-    body: dict = {"id": "c1", "object": "chat.completion", "created": 0, "model": "fake", "choices": [choice]}
-    if usage:
-        body["usage"] = {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13}
-    return body
-
-
-class FaultServer:
-    """Answers each POST by the next behaviour of ``script`` (the last one repeats) and records what it received."""
-
-    def __init__(self, script: list[str]) -> None:
-        self.script = list(script)
-        self.requests: list[dict] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                with outer.lock:
-                    outer.requests.append({"auth": self.headers.get("Authorization"), "body": body})
-                    behaviour = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
-                    outer.in_flight += 1
-                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
-                outer.respond(self, behaviour)
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def respond(self, handler: http.server.BaseHTTPRequestHandler, behaviour: str) -> None:
-        status, ctype, payload = 200, "application/json", b""
-        if behaviour == "ok":
-            payload = json.dumps(_completion("Paris")).encode()
-        elif behaviour == "bare":
-            payload = json.dumps(_completion("Paris", usage=False, logprobs=False)).encode()
-        elif behaviour == "slow":
-            time.sleep(0.3)
-            payload = json.dumps(_completion("Paris")).encode()
-        elif behaviour == "hang":
-            time.sleep(3.0)
-            payload = json.dumps(_completion("late")).encode()
-        elif behaviour == "empty":
-            payload = json.dumps(_completion("")).encode()
-        elif behaviour == "garbage":
-            ctype, payload = "text/html", b"<html><body>502 Bad Gateway</body></html>"
-        elif behaviour == "no-choices":
-            payload = b'{"object": "chat.completion", "choices": []}'
-        elif behaviour == "echo-key":  # a careless service that repeats the key back in its error
-            status = 401
-            auth = handler.headers.get("Authorization") or ""
-            payload = json.dumps({"error": {"message": f"invalid key {auth.removeprefix('Bearer ')}"}}).encode()
-        else:  # an HTTP status
-            status = int(behaviour)
-            payload = json.dumps({"error": {"message": f"status {status} on purpose"}}).encode()
-        # the request stops counting as in flight before its answer is sent: once the client has the answer it may send
-        # the next one, which must not overlap this one in the count
-        with self.lock:
-            self.in_flight -= 1
-        handler.send_response(status)
-        handler.send_header("Content-Type", ctype)
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        handler.wfile.write(payload)
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -164,6 +84,24 @@ def test_sends_the_messages_seed_temperature_max_tokens_and_asks_for_logprobs(fa
     body = server.requests[0]["body"]
     assert body["messages"] == request.messages()
     assert (body["seed"], body["temperature"], body["max_tokens"], body["logprobs"]) == (42, 0.7, request.max_tokens, True)
+
+
+def test_sends_the_json_schema_as_response_format_and_the_stop_sequences(fault_server):
+    server = fault_server("ok")
+    schema = '{"properties":{"steps":{"type":"array"}},"type":"object"}'
+    request = LLMRequest(role="planner", agent="planner", system="s", task="t", instruction="i", json_schema=schema)
+    _backend(server.base_url).complete(request)
+    _backend(server.base_url).complete(REQUEST)
+    _backend(server.base_url).complete(
+        LLMRequest(role="worker", agent="w0", system="s", task="t", instruction="i", stop=("\n",))
+    )
+    planner, plain, stopped = (r["body"] for r in server.requests)
+    assert planner["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "planner", "schema": json.loads(schema), "strict": True},
+    }
+    assert "stop" not in planner and "response_format" not in plain and "stop" not in plain
+    assert stopped["stop"] == ["\n"] and "response_format" not in stopped
 
 
 def test_a_model_per_agent_then_per_role_then_the_default(fault_server):
@@ -346,6 +284,19 @@ def test_a_completion_over_http_from_the_real_model(local_llm):
     assert 0 < response.latency_s < 60
     assert 0 < response.confidence <= 1  # llama.cpp returns logprobs
     assert (backend.counts.real, backend.attempts) == (1, 1)
+
+
+def test_the_real_model_writes_a_valid_plan_under_the_plan_schema(local_llm):
+    """Unconstrained, the bundled 135M model rarely writes a plan that parses; decoding under the schema it must, and
+    every step reads only earlier steps."""
+    from edo_gym.agents.planner import PLAN_FORMAT, PLAN_INSTRUCTION, PLANNER_SYSTEM, parse_plan, plan_schema
+    from edo_gym.agents.worker import plan_request
+
+    backend = OpenAIBackend(local_llm.base_url, local_llm.model_name, timeout_s=120)
+    task = "What was the combined revenue of the Elm and Larch stores in January, in thousands?"
+    request = plan_request(task, PLAN_INSTRUCTION, PLAN_FORMAT, 0, PLANNER_SYSTEM, plan_schema(6))
+    steps = parse_plan(backend.complete(request).text, 6)
+    assert all(d < k for k, step in enumerate(steps) for d in step.deps)
 
 
 def test_the_key_never_reaches_the_cache_file(local_llm, secret_key, tmp_path):

@@ -64,6 +64,67 @@ def test_a_missing_model_file_is_a_clear_error(capsys, tmp_path):
     assert f"no model file at {tmp_path / 'none.gguf'}" in capsys.readouterr().err
 
 
+def _write_gguf(path, keys: dict[str, str]) -> None:
+    """A GGUF header (version 3, no tensors) with string metadata ``keys`` and one array of strings."""
+    import struct
+
+    def text(value: str) -> bytes:
+        data = value.encode()
+        return struct.pack("<Q", len(data)) + data
+
+    items = [text(k) + struct.pack("<I", 8) + text(v) for k, v in keys.items()]
+    tokens = ["<s>", "a", "bc"]
+    items.append(text("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, len(tokens)) + b"".join(map(text, tokens)))
+    items.append(text("general.file_type") + struct.pack("<I", 4) + struct.pack("<I", 3))
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(items)) + b"".join(items))
+
+
+def test_a_gguf_without_a_chat_template_is_warned_about(tmp_path):
+    base = tmp_path / "base.gguf"
+    _write_gguf(base, {"general.architecture": "llama"})
+    assert llm_server.gguf_metadata_keys(base) == ["general.architecture", "tokenizer.ggml.tokens", "general.file_type"]
+    warnings = llm_server.serve_warnings(base, threads=1)
+    assert len(warnings) == 1 and "has no chat template (tokenizer.chat_template)" in warnings[0]
+    chat = tmp_path / "chat.gguf"
+    _write_gguf(chat, {"general.architecture": "llama", "tokenizer.chat_template": "{{ messages }}"})
+    assert llm_server.serve_warnings(chat, threads=1) == []
+    (tmp_path / "not.gguf").write_bytes(b"PK\x03\x04 a zip file")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        llm_server.gguf_metadata_keys(tmp_path / "not.gguf")
+
+
+@needs_model
+def test_the_bundled_model_has_a_chat_template():
+    assert llm_server.CHAT_TEMPLATE_KEY in llm_server.gguf_metadata_keys(bundled_model_path())
+
+
+def test_more_threads_than_free_cores_is_warned_about(tmp_path, monkeypatch):
+    chat = tmp_path / "chat.gguf"
+    _write_gguf(chat, {"tokenizer.chat_template": "{{ messages }}"})
+    monkeypatch.setattr(llm_server.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(llm_server.os, "getloadavg", lambda: (2.2, 1.0, 1.0))
+    assert llm_server.free_cores() == (2, 4, 2.2)
+    assert llm_server.serve_warnings(chat, threads=2) == []
+    (warning,) = llm_server.serve_warnings(chat, threads=3)
+    assert "--threads 3 is more than the free CPU cores (about 2 of 4" in warning
+    assert "--threads should not exceed the free cores (here: --threads 2)" in warning
+    monkeypatch.setattr(llm_server.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert llm_server.serve_warnings(chat, threads=1) == []  # one thread is the least there is
+
+
+def test_serve_llm_prints_its_warnings_before_loading(tmp_path, monkeypatch, capsys):
+    base = tmp_path / "base.gguf"
+    _write_gguf(base, {"general.architecture": "llama"})
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("not loaded in this test")
+
+    monkeypatch.setattr(llm_server, "start_server", refuse)
+    assert llm_server.main(["--port", "0", "--model", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and "has no chat template" in err and "not loaded in this test" in err
+
+
 @needs_model
 def test_a_busy_port_is_a_clear_error(capsys):
     with socket.socket() as s:
