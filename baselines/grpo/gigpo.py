@@ -45,8 +45,9 @@ from baselines.grpo.advantages import (
     success_tied_groups,
 )
 from baselines.grpo.buffers import GroupRolloutBuffer, _concatenate_steps
-from baselines.grpo.grpo import GRPO, _RolloutState
+from baselines.grpo.grpo import GRPO
 from baselines.grpo.policies import GRPOPolicy
+from baselines.grpo.scheduling import RolloutState
 
 ANCHOR_MATCHINGS = ("exact", "similarity")
 
@@ -415,7 +416,7 @@ class GiGPO(GRPO):
             **self._rollout_buffer_kwargs(),
         )
 
-    def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: _RolloutState) -> None:
+    def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: RolloutState) -> None:
         super()._record_rollout_stats(buffer, state)
         assert isinstance(buffer, AnchorGroupRolloutBuffer)
         self.logger.record("rollout/anchor_repeat_rate", buffer.anchor_repeat_rate)

@@ -117,34 +117,6 @@ def sample_masked_categorical(logits: th.Tensor, action_masks: MaybeMasks = None
     return drawn.view(-1), log_prob
 
 
-def _plain_forward(*modules: nn.Module) -> bool:
-    """Whether ``module.forward(x)`` is exactly what ``module(x)`` runs, now, for each of ``modules``: not compiled, not
-    traced, no hooks on them and no global ones (``Module._call_impl`` then calls ``forward`` and nothing else)."""
-    try:
-        from torch.nn.modules import module as torch_module
-
-        if (
-            torch_module._global_forward_hooks
-            or torch_module._global_forward_pre_hooks
-            or torch_module._global_backward_hooks
-            or torch_module._global_backward_pre_hooks
-            or th._C._get_tracing_state()
-        ):
-            return False
-        for m in modules:
-            if (
-                m._compiled_call_impl is not None
-                or m._forward_hooks
-                or m._forward_pre_hooks
-                or m._backward_hooks
-                or m._backward_pre_hooks
-            ):
-                return False
-    except AttributeError:  # another torch's internals: call the modules
-        return False
-    return True
-
-
 class GRPOPolicy(BasePolicy):
     """
     Actor-only stochastic policy (no critic) with optional invalid action masking.
@@ -348,17 +320,7 @@ class GRPOPolicy(BasePolicy):
             return None
         n = parts[0].shape[0]
         features = th.from_numpy(np.concatenate([part.reshape(n, -1) for part in parts], axis=1))
-        net = self.actor_net
-        if type(net) is nn.Sequential and _plain_forward(net, *net, head):
-            # what action_net(actor_net(features)) runs, without Module.__call__ around each layer (~30 us a call
-            # between env steps): the same forward methods, in the same order
-            x = features
-            for layer in net:
-                x = layer.forward(x)
-            logits = head.forward(x)
-        else:
-            logits = head(net(features))
-        return sample_masked_categorical(logits, action_masks)
+        return sample_masked_categorical(head(self.actor_net(features)), action_masks)
 
     def _flat_keys(self) -> list[str] | None:
         """:meth:`_find_flat_feature_keys`, found once per policy."""
