@@ -27,6 +27,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, FILTER_ON, SCALE_REWARDS, SUPERVISIONS
 from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer, StepRows, StepStore
 from baselines.grpo.callbacks import RecordedStepsProgressBar
+from baselines.grpo.masks import check_action_mask_key, check_observed_masks
 from baselines.grpo.policies import CnnPolicy, GRPOPolicy, MlpPolicy, MultiInputPolicy
 from baselines.grpo.scheduling import GROUP_MODES, GroupScheduler, Member, RolloutState, get_num_tasks, plan_group_members
 from baselines.grpo.wrappers import GroupStartWrapper
@@ -592,46 +593,10 @@ class GRPO(OnPolicyAlgorithm):
                 )
             if not self.policy.supports_masking:
                 raise ValueError(f"use_masking=True but {type(self.action_space).__name__} action spaces do not support masks")
-        if use_masking:
-            self._check_action_mask_key()
-        return bool(use_masking)
-
-    @staticmethod
-    def _check_observed_masks(env: VecEnv, observed: np.ndarray, key: str) -> None:
-        own = np.asarray(get_action_masks(env), dtype=bool).reshape(observed.shape)
-        if not np.array_equal(observed, own):
-            rows = np.flatnonzero((observed != own).any(axis=1)).tolist()
-            raise ValueError(
-                f"action_mask_key={key!r}: the masks in the observations differ from the envs' action_masks() "
-                f"(envs {rows}); that key does not hold the current action mask: pass action_mask_key=None"
-            )
-
-    def _check_action_mask_key(self) -> None:
-        """``action_mask_key`` must name a key of the Dict observation space with one value per action."""
         key = self.__dict__.get("action_mask_key")  # a model saved before the option existed has none
-        if key is None:
-            return
-        space = self.observation_space
-        if not isinstance(space, spaces.Dict) or key not in space.spaces:
-            keys = sorted(space.spaces) if isinstance(space, spaces.Dict) else None
-            raise ValueError(
-                f"action_mask_key={key!r} is not a key of the observation space"
-                + (f" (its keys: {keys})" if keys is not None else f" (a {type(space).__name__}, not a Dict)")
-                + "; pass action_mask_key=None to call the envs' action_masks()"
-            )
-        sub_space, action_space = space.spaces[key], self.action_space
-        n_mask = None  # sb3-contrib's mask sizes: one value per action, per sub-action, or two per binary action
-        if isinstance(action_space, spaces.Discrete):
-            n_mask = int(action_space.n)
-        elif isinstance(action_space, spaces.MultiDiscrete):
-            n_mask = int(sum(action_space.nvec))
-        elif isinstance(action_space, spaces.MultiBinary):
-            n_mask = 2 * int(np.prod(action_space.shape))
-        if sub_space.shape is None or int(np.prod(sub_space.shape)) != n_mask:
-            raise ValueError(
-                f"action_mask_key={key!r}: that observation has shape {sub_space.shape}, but a mask of this action space "
-                f"has {n_mask} values"
-            )
+        if use_masking and key is not None:
+            check_action_mask_key(key, self.observation_space, self.action_space)
+        return bool(use_masking)
 
     # ------------------------------------------------------------------ collection
     def _plan_group_members(self, env: VecEnv, n_groups: int, first_group_id: int = 0) -> list[Member]:
@@ -648,7 +613,7 @@ class GRPO(OnPolicyAlgorithm):
             return get_action_masks(env)
         masks = obs[mask_key].reshape(env.num_envs, -1).astype(bool)
         if check_mask_key:
-            self._check_observed_masks(env, masks, mask_key)
+            check_observed_masks(masks, get_action_masks(env), mask_key)
         return masks
 
     def _sample_actions(self, obs: Any, action_masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
