@@ -600,7 +600,7 @@ class GRPO(OnPolicyAlgorithm):
 
     # ------------------------------------------------------------------ collection
     def _plan_group_members(self, env: VecEnv, n_groups: int, first_group_id: int = 0) -> list[Member]:
-        """The members of ``n_groups`` new groups, drawn from the group RNG (:func:`~baselines.grpo.scheduling.plan_group_members`)."""
+        """The members of ``n_groups`` new groups, drawn from the group RNG (``scheduling.plan_group_members``)."""
         return plan_group_members(self._group_rng, env, self.group_mode, self.group_size, n_groups, first_group_id)
 
     def _action_masks(self, env: VecEnv, obs: Any, check_mask_key: bool) -> np.ndarray | None:
@@ -634,12 +634,8 @@ class GRPO(OnPolicyAlgorithm):
         n_groups: int | None = None,
     ) -> bool:
         """
-        Collect groups of complete episodes with the current policy (see the class docstring) and compute their
-        advantages.
-
-        **Callbacks** are called once per vectorized step and see only the recorded envs: in ``self.locals``,
-        ``infos``, ``dones``, ``rewards``, ``actions`` and ``new_obs`` hold the recorded envs' entries (in env order),
-        ``env_indices`` their indices in the VecEnv and ``wave_members`` their :class:`Member`.
+        Collect groups of complete episodes with the current policy (see the class docstring; callbacks see the
+        recorded envs only) and compute their advantages.
 
         :param env: The training environment
         :param callback: Callback that will be called at each (vectorized) step
