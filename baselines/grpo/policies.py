@@ -11,7 +11,6 @@ spaces (same semantics as sb3-contrib's ``MaskableActorCriticPolicy``: ``True`` 
 ``Box`` action spaces use a diagonal Gaussian (state-independent log std) and do not accept masks.
 """
 
-import math
 import warnings
 from functools import partial
 from typing import Any
@@ -96,25 +95,8 @@ def sample_masked_categorical(logits: th.Tensor, action_masks: MaybeMasks = None
         # a Python scalar becomes the same value in the logits' dtype as sb3-contrib's th.tensor(-1e8, dtype=...)
         masked = th.where(masks, normalised, MASKED_LOGIT)
     log_p = masked - masked.logsumexp(dim=-1, keepdim=True)
-    probs = th.softmax(log_p, dim=-1)
-    if probs.device.type != "cpu":
-        drawn = th.multinomial(probs, 1, True)  # (batch, 1): Categorical.sample's draw, one per row
-        return drawn.view(-1), log_p.gather(-1, drawn).view(-1)
-    # On the CPU, ``th.multinomial(probs, 1, True)`` (one sample per row) draws by its "exponential trick": q ~ Exp(1)
-    # from the default generator in probs' shape, then argmax(probs / q) per row. These are those three operations;
-    # th.multinomial first runs 8 more (max, min, sums, two host syncs) to validate probs, which a softmax always
-    # passes unless the logits hold a NaN (or an infinity, which the normalisation turns into NaN). Same draw, same
-    # generator state after it, ~7 us less a call (tested against sb3-contrib's distribution, bit for bit)
-    q = th.empty_like(probs).exponential_(1)
-    drawn = th.div(probs.detach() if probs.requires_grad else probs, q, out=q).argmax(dim=-1, keepdim=True)
-    log_prob = log_p.gather(-1, drawn).view(-1)
-    # a NaN anywhere in a row of logits makes every value of that row's log_p NaN, the drawn one included
-    if math.isnan(log_prob.sum().item()):
-        raise RuntimeError(
-            "probability tensor contains either `inf`, `nan` or element < 0: the policy's action logits hold NaN or "
-            "infinite values (th.multinomial's error, raised here before the draw is used)"
-        )
-    return drawn.view(-1), log_prob
+    drawn = th.multinomial(th.softmax(log_p, dim=-1), 1, True)  # (batch, 1): Categorical.sample's draw, one per row
+    return drawn.view(-1), log_p.gather(-1, drawn).view(-1)
 
 
 class GRPOPolicy(BasePolicy):
