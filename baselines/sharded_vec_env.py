@@ -338,7 +338,7 @@ class ShardedVecEnv(VecEnv):
     def _step_some(self, actions: np.ndarray, indices: Sequence[int], hold: Collection[int] = ()) -> VecEnvStepReturn:
         """Step only the envs in ``indices`` (``hold``: envs not auto-reset if their episode ends now), as the shards'
         VecEnv's ``step_some`` does. Published as ``step_some`` only when that VecEnv has it (see
-        ``FreshInfoDummyVecEnv.step_some``): GRPO asks with ``getattr(env, "step_some", None)``."""
+        ``FreshInfoDummyVecEnv.step_some``): GRPO looks for it with ``baselines.grpo.scheduling.idle_envs_can_wait``."""
         indices, hold = [int(i) for i in indices], {int(i) for i in hold}
 
         def request(shard: range) -> tuple[str, Any]:

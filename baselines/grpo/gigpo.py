@@ -48,8 +48,9 @@ from baselines.grpo.advantages import (
     success_tied_groups,
 )
 from baselines.grpo.buffers import GroupRolloutBuffer, _concatenate_steps
-from baselines.grpo.grpo import GRPO, _RolloutState
+from baselines.grpo.grpo import GRPO
 from baselines.grpo.policies import GRPOPolicy
+from baselines.grpo.scheduling import RolloutState
 from edo_gym.envs import observation as edo_observation
 
 ANCHOR_MATCHINGS = ("exact", "similarity")
@@ -438,7 +439,7 @@ class GiGPO(GRPO):
             return self.anchor_view
         return edo_observation.anchor_view if edo_observation.is_edo_observation_space(self.observation_space) else None
 
-    def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: _RolloutState) -> None:
+    def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: RolloutState) -> None:
         super()._record_rollout_stats(buffer, state)
         assert isinstance(buffer, AnchorGroupRolloutBuffer)
         self.logger.record("rollout/anchor_repeat_rate", buffer.anchor_repeat_rate)

@@ -1,11 +1,13 @@
-"""Group Relative Policy Optimization (GRPO) as a Stable-Baselines3 on-policy algorithm."""
+"""Group Relative Policy Optimization (GRPO) as a Stable-Baselines3 on-policy algorithm.
+
+Read top to bottom as SB3's ``ppo.py``: the loss (:func:`grpo_loss`), the algorithm's settings and checks
+(:class:`GRPO`'s ``__init__``), the collection of one rollout of groups (:meth:`GRPO.collect_rollouts`, which leaves the
+question of which env runs which episode to :mod:`baselines.grpo.scheduling`), the group-relative advantages
+(:mod:`baselines.grpo.advantages`, computed by the rollout buffer) and the update (:meth:`GRPO.train`).
+"""
 
 import copy
-import inspect
 import warnings
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
@@ -20,64 +22,24 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import VecEnv
 
 from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, FILTER_ON, SCALE_REWARDS, SUPERVISIONS
 from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer, StepRows, StepStore
 from baselines.grpo.callbacks import RecordedStepsProgressBar
+from baselines.grpo.masks import check_action_mask_key, check_observed_masks
 from baselines.grpo.policies import CnnPolicy, GRPOPolicy, MlpPolicy, MultiInputPolicy
+from baselines.grpo.scheduling import GROUP_MODES, GroupScheduler, Member, RolloutState, get_num_tasks, plan_group_members
 from baselines.grpo.wrappers import GroupStartWrapper
 
-GROUP_MODES = ("seed", "task_id")
 #: Default ``scale_rewards``: centring only (Dr. GRPO), chosen by measurement (baselines/grpo/NOTES.md)
 DEFAULT_SCALE_REWARDS = "none"
-# Seeds drawn for env resets are in [0, MAX_SEED)
-MAX_SEED = 2**31 - 1
-#: Inherited OnPolicyAlgorithm attributes that GRPO has no use for (never stored in a saved model)
+#: ``OnPolicyAlgorithm`` attributes with no meaning in GRPO (a rollout is groups of whole episodes, not ``n_steps`` per
+#: env; there is no critic, so no GAE and no value loss): removed from the instance, so that reading or saving one
+#: fails or leaves it out instead of holding a placeholder (see the class docstring, "Differences from PPO")
 UNUSED_ON_POLICY_ATTRIBUTES = ("n_steps", "gae_lambda", "vf_coef", "rollout_buffer_class", "rollout_buffer_kwargs")
 #: Largest features tensor (bytes, float32) that ``GRPO.train`` computes once per update (``GRPO._static_features``)
 MAX_STATIC_FEATURES_BYTES = 2**28
-
-
-class Member(NamedTuple):
-    """One group member to run: its group and how its episode starts."""
-
-    group_id: int
-    seed: int
-    options: dict[str, Any]
-
-
-def _new_trajectory() -> dict[str, list[Any]]:
-    return {"observations": [], "actions": [], "log_probs": [], "rewards": [], "action_masks": [], "anchor_keys": []}
-
-
-@dataclass
-class _EnvSlot:
-    """What one env of the VecEnv is doing during a rollout."""
-
-    #: The member whose episode the env is running (None: idle, its steps are not recorded)
-    member: Member | None = None
-    trajectory: dict[str, list[Any]] = field(default_factory=_new_trajectory)
-    steps: int = 0
-    #: Key of the current state (``info["anchor_key"]`` of the last reset / step), for GiGPO
-    anchor_key: Any = None
-    #: Members whose starts are queued in the env's GroupStartWrapper, in order (queued-start mode only)
-    queued: deque[Member] = field(default_factory=deque)
-
-
-@dataclass
-class _RolloutState:
-    """Bookkeeping of the groups of one rollout."""
-
-    target: int
-    cap: int
-    pending: deque[Member] = field(default_factory=deque)
-    claimed: int = 0
-    finished_members: list[int] = field(default_factory=list)
-    complete: int = 0
-    informative: int = 0
-    #: each env's ``queue_starts``, called directly (see ``GRPO._direct_queue_starts``); None: through ``env_method``
-    queue_fns: list[Callable[..., Any]] | None = None
 
 
 class GRPOLossTerms(NamedTuple):
@@ -203,26 +165,19 @@ class GRPO(OnPolicyAlgorithm):
     * ``group_mode="task_id"``: all members are reset with ``options={"task_id": k}`` and distinct fresh seeds;
       ``k`` is drawn uniformly from ``range(num_tasks)`` where ``num_tasks`` is the env attribute ``num_tasks``.
 
-    **How episodes start.** SB3 VecEnvs reset a finished env on their own, without seed or options. GRPO starts
-    every member through public VecEnv API only, in one of two ways:
+    Which env runs which member, and how its episode starts through public VecEnv API (queued starts in a
+    :class:`~baselines.grpo.wrappers.GroupStartWrapper`, which GRPO adds when it builds the VecEnv, or direct
+    ``env_method("reset", ...)`` calls), is :mod:`baselines.grpo.scheduling`'s job; its docstring explains it. A
+    VecEnvWrapper (VecNormalize, VecMonitor, ...) whose envs lack the GroupStartWrapper is refused: a direct reset
+    would bypass it. Steps of envs that have no member (envs waiting for the rollout to end) are never recorded,
+    counted in ``num_timesteps``, reported to ``ep_info_buffer`` nor shown to callbacks.
 
-    * *queued starts* (when every env is wrapped in :class:`~baselines.grpo.wrappers.GroupStartWrapper`; GRPO adds
-      it when it builds the VecEnv from an env id or a ``gym.Env``): the next member's ``(seed, options)`` is
-      queued in the env ahead of time (``env_method("queue_starts", ...)``), and the VecEnv's own auto-reset (or
-      ``VecEnv.reset()``) starts it. One reset per episode; works through VecEnv wrappers.
-    * *direct resets* (any VecEnv that is not a VecEnvWrapper): a finished env is reset again with
-      ``env_method("reset", seed=..., options=..., indices=[i])`` (the VecEnv's auto-reset is wasted).
-
-    A VecEnvWrapper (VecNormalize, VecMonitor, ...) whose envs lack the GroupStartWrapper is refused: a direct
-    reset would bypass it. With ``refill_envs=True`` (default) an env whose episode ends starts the next member
-    at once; otherwise collection runs in synchronous waves of ``n_envs`` members. Steps of envs that have no
-    member (the auto-reset episodes of envs waiting for the rollout to end) are never recorded, counted in
-    ``num_timesteps``, reported to ``ep_info_buffer`` nor shown to callbacks. A VecEnv (not a VecEnvWrapper) with a
-    ``step_some(actions, indices)`` method, which steps only the envs named (as ``edo train``'s VecEnv for EDO ids
-    does), is used to leave such idle envs where they are: every recorded episode starts with a seeded reset and the
-    policy still samples for every env, so the recorded data is the same, for less work. If its ``step_some`` also
-    takes ``hold`` (``edo train``'s does), an env whose episode ends with no start queued is not auto-reset either:
-    that episode would not be recorded.
+    **Differences from PPO's API.** GRPO subclasses ``OnPolicyAlgorithm`` for its set-up, logging, saving and
+    ``learn`` loop, but ``n_steps`` (a rollout is whole groups, not a fixed number of steps per env), ``gae_lambda``
+    and ``vf_coef`` (there is no critic) do not exist: they are not parameters, and the attributes the base class
+    sets are removed (``UNUSED_ON_POLICY_ATTRIBUTES``), so reading one raises ``AttributeError``. ``rollout_buffer``
+    is a :class:`~baselines.grpo.buffers.GroupRolloutBuffer` of whole episodes. ``gamma`` only discounts the
+    return-to-go of ``supervision="process"``.
 
     **Callbacks** are called once per vectorized step and see only the recorded envs: in ``self.locals``,
     ``infos``, ``dones``, ``rewards``, ``actions`` and ``new_obs`` hold the recorded envs' entries (in env order),
@@ -364,7 +319,7 @@ class GRPO(OnPolicyAlgorithm):
             policy,  # type: ignore[arg-type]
             env,
             learning_rate=learning_rate,
-            # placeholders for OnPolicyAlgorithm's signature: deleted below, GRPO has no n_steps / GAE / critic
+            # OnPolicyAlgorithm's signature needs them; GRPO has no n_steps / GAE / critic: removed below
             n_steps=1,
             gamma=gamma,
             gae_lambda=1.0,
@@ -382,8 +337,7 @@ class GRPO(OnPolicyAlgorithm):
             _init_setup_model=False,
             supported_action_spaces=(spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box),
         )
-        for name in UNUSED_ON_POLICY_ATTRIBUTES:
-            self.__dict__.pop(name, None)
+        self._remove_unused_on_policy_attributes()
 
         if normalize_std is not None:
             mapped = "group" if normalize_std else "none"
@@ -458,8 +412,7 @@ class GRPO(OnPolicyAlgorithm):
         self._use_masking_now = False
 
         if self.env is not None and group_mode == "task_id":
-            # Fail fast on a misconfigured env
-            self._get_num_tasks(self.env)
+            get_num_tasks(self.env)  # fail fast on a misconfigured env
 
         if _init_setup_model:
             self._setup_model()
@@ -470,8 +423,7 @@ class GRPO(OnPolicyAlgorithm):
             self.scale_rewards = "group" if self.__dict__.pop("normalize_std") else "none"
             if self.use_masking:  # its use_masking=True meant "when the env has masks", now None
                 self.use_masking = None
-        for name in UNUSED_ON_POLICY_ATTRIBUTES:
-            self.__dict__.pop(name, None)
+        self._remove_unused_on_policy_attributes()
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         if self._group_rng_state is not None:  # load(): continue the saved group sequence
@@ -501,6 +453,11 @@ class GRPO(OnPolicyAlgorithm):
             self.clip_range_high = FloatSchedule(self.clip_range_high)
 
         self._maybe_recommend_cpu("GRPOPolicy")
+
+    def _remove_unused_on_policy_attributes(self) -> None:
+        """Remove the ``OnPolicyAlgorithm`` attributes GRPO has no use for (``UNUSED_ON_POLICY_ATTRIBUTES``)."""
+        for name in UNUSED_ON_POLICY_ATTRIBUTES:
+            self.__dict__.pop(name, None)
 
     def _rollout_buffer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the rollout buffer (subclasses add theirs)."""
@@ -636,123 +593,38 @@ class GRPO(OnPolicyAlgorithm):
                 )
             if not self.policy.supports_masking:
                 raise ValueError(f"use_masking=True but {type(self.action_space).__name__} action spaces do not support masks")
-        if use_masking:
-            self._check_action_mask_key()
+        key = self.__dict__.get("action_mask_key")  # a model saved before the option existed has none
+        if use_masking and key is not None:
+            check_action_mask_key(key, self.observation_space, self.action_space)
         return bool(use_masking)
 
-    @staticmethod
-    def _check_observed_masks(env: VecEnv, observed: np.ndarray, key: str) -> None:
-        own = np.asarray(get_action_masks(env), dtype=bool).reshape(observed.shape)
-        if not np.array_equal(observed, own):
-            rows = np.flatnonzero((observed != own).any(axis=1)).tolist()
-            raise ValueError(
-                f"action_mask_key={key!r}: the masks in the observations differ from the envs' action_masks() "
-                f"(envs {rows}); that key does not hold the current action mask: pass action_mask_key=None"
-            )
-
-    def _check_action_mask_key(self) -> None:
-        """``action_mask_key`` must name a key of the Dict observation space with one value per action."""
-        key = self.__dict__.get("action_mask_key")  # a model saved before the option existed has none
-        if key is None:
-            return
-        space = self.observation_space
-        if not isinstance(space, spaces.Dict) or key not in space.spaces:
-            keys = sorted(space.spaces) if isinstance(space, spaces.Dict) else None
-            raise ValueError(
-                f"action_mask_key={key!r} is not a key of the observation space"
-                + (f" (its keys: {keys})" if keys is not None else f" (a {type(space).__name__}, not a Dict)")
-                + "; pass action_mask_key=None to call the envs' action_masks()"
-            )
-        sub_space, action_space = space.spaces[key], self.action_space
-        n_mask = None  # sb3-contrib's mask sizes: one value per action, per sub-action, or two per binary action
-        if isinstance(action_space, spaces.Discrete):
-            n_mask = int(action_space.n)
-        elif isinstance(action_space, spaces.MultiDiscrete):
-            n_mask = int(sum(action_space.nvec))
-        elif isinstance(action_space, spaces.MultiBinary):
-            n_mask = 2 * int(np.prod(action_space.shape))
-        if sub_space.shape is None or int(np.prod(sub_space.shape)) != n_mask:
-            raise ValueError(
-                f"action_mask_key={key!r}: that observation has shape {sub_space.shape}, but a mask of this action space "
-                f"has {n_mask} values"
-            )
-
-    # ------------------------------------------------------------------ groups
-    @staticmethod
-    def _get_num_tasks(env: VecEnv) -> int:
-        """
-        Read the ``num_tasks`` attribute of the (first) env.
-
-        :param env: The VecEnv
-        :return: The number of tasks (>= 1)
-        """
-        if not env.has_attr("num_tasks"):
-            raise ValueError(
-                "group_mode='task_id' needs an env exposing an integer attribute `num_tasks` "
-                "and accepting reset(options={'task_id': k}); use group_mode='seed' otherwise"
-            )
-        num_tasks = int(env.get_attr("num_tasks", indices=[0])[0])
-        if num_tasks < 1:
-            raise ValueError(f"env.num_tasks must be >= 1, got {num_tasks}")
-        return num_tasks
-
-    def _plan_group_members(self, env: VecEnv, n_groups: int, first_group_id: int = 0) -> list[Member]:
-        """
-        Draw the start of every member of ``n_groups`` new groups from the group RNG.
-
-        :param env: The VecEnv (read for ``num_tasks`` in task_id mode)
-        :param n_groups: Number of groups
-        :param first_group_id: Id of the first new group (ids are consecutive)
-        :return: The members, groups in order
-        """
-        members: list[Member] = []
-        if self.group_mode == "seed":
-            for group_id in range(first_group_id, first_group_id + n_groups):
-                group_seed = int(self._group_rng.integers(MAX_SEED))
-                members += [Member(group_id, group_seed, {}) for _ in range(self.group_size)]
-        else:
-            num_tasks = self._get_num_tasks(env)
-            for group_id in range(first_group_id, first_group_id + n_groups):
-                task_id = int(self._group_rng.integers(num_tasks))
-                seeds = self._group_rng.integers(MAX_SEED, size=self.group_size)
-                members += [Member(group_id, int(s), {"task_id": task_id}) for s in seeds]
-        return members
-
-    def _claim_groups(self, env: VecEnv, state: _RolloutState, n_groups: int) -> None:
-        """Add ``n_groups`` new groups to the rollout (their members wait in ``state.pending``)."""
-        if n_groups <= 0:  # (called after every vector step) nothing to draw, and no need to read env.num_tasks
-            return
-        state.pending.extend(self._plan_group_members(env, n_groups, first_group_id=state.claimed))
-        state.claimed += n_groups
-        state.finished_members += [0] * n_groups
-
-    def _groups_to_claim(self, state: _RolloutState) -> int:
-        """
-        How many more groups the rollout needs now.
-
-        Without dynamic sampling: up to ``target``. With it: while the informative groups found plus the expected
-        informative share of the unfinished ones fall short of ``target`` (and the cap allows).
-        """
-        if not self.dynamic_sampling:
-            return max(state.target - state.claimed, 0)
-        n = 0
-        unfinished = state.claimed - state.complete
-        while state.claimed + n < state.cap and state.informative + (unfinished + n) * self._informative_rate < state.target:
-            n += 1
-        return n
-
     # ------------------------------------------------------------------ collection
-    def _start_mode(self, env: VecEnv) -> str:
-        """``"queue"`` (every env has a GroupStartWrapper) or ``"direct"`` (env_method resets, unwrapped VecEnvs)."""
-        if all(env.env_is_wrapped(GroupStartWrapper)):
-            return "queue"
-        if env.unwrapped is not env:
-            raise TypeError(
-                f"{type(env).__name__} wraps a VecEnv: GRPO cannot start group members through it without bypassing "
-                "it. Wrap each env in baselines.grpo.GroupStartWrapper "
-                "(make_vec_env(..., wrapper_class=GroupStartWrapper)), then wrap the VecEnv"
-            )
-        return "direct"
+    def _plan_group_members(self, env: VecEnv, n_groups: int, first_group_id: int = 0) -> list[Member]:
+        """The members of ``n_groups`` new groups, drawn from the group RNG (``scheduling.plan_group_members``)."""
+        return plan_group_members(self._group_rng, env, self.group_mode, self.group_size, n_groups, first_group_id)
+
+    def _action_masks(self, env: VecEnv, obs: Any, check_mask_key: bool) -> np.ndarray | None:
+        """This step's action masks (None without masking): the envs' ``action_masks()``, or the observations'
+        ``action_mask_key``, checked against the envs' own if ``check_mask_key`` (the first step of every rollout)."""
+        if not self._use_masking_now:
+            return None
+        mask_key = self.__dict__.get("action_mask_key")  # a model saved before the option existed has none
+        if mask_key is None:
+            return get_action_masks(env)
+        masks = obs[mask_key].reshape(env.num_envs, -1).astype(bool)
+        if check_mask_key:
+            check_observed_masks(masks, get_action_masks(env), mask_key)
+        return masks
+
+    def _sample_actions(self, obs: Any, action_masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Actions (one per env) and their log-probabilities under the current policy."""
+        with th.inference_mode():
+            # numpy Dict observations straight to the policy's flat features when it can (same values, same draw)
+            sampled = self.policy.sample_from_numpy(obs, action_masks) if isinstance(obs, dict) else None
+            if sampled is None:
+                sampled = self.policy(obs_as_tensor(obs, self.device), action_masks=action_masks)  # type: ignore[arg-type]
+        actions, log_probs = sampled
+        return actions.cpu().numpy(), log_probs.cpu().numpy()
 
     def collect_rollouts(  # type: ignore[override]
         self,
@@ -762,8 +634,8 @@ class GRPO(OnPolicyAlgorithm):
         n_groups: int | None = None,
     ) -> bool:
         """
-        Collect groups of complete episodes with the current policy (see the class docstring) and compute their
-        advantages.
+        Collect groups of complete episodes with the current policy (see the class docstring; callbacks see the
+        recorded envs only) and compute their advantages.
 
         :param env: The training environment
         :param callback: Callback that will be called at each (vectorized) step
@@ -776,21 +648,26 @@ class GRPO(OnPolicyAlgorithm):
         cap = target if not self.dynamic_sampling else max(self.max_groups_drawn or 4 * target, target)
         self.policy.set_training_mode(False)
         rollout_buffer.reset()
-        mode = self._start_mode(env)
+        scheduler = GroupScheduler(
+            env,
+            lambda n, first: self._plan_group_members(env, n, first),
+            group_size=self.group_size,
+            target=target,
+            cap=cap,
+            refill_envs=self.refill_envs,
+            dynamic_sampling=self.dynamic_sampling,
+            informative_rate=self._informative_rate,
+            is_informative=rollout_buffer.group_is_informative,
+            records_anchor_keys=self._records_anchor_keys,
+        )
         callback.on_rollout_start()
-
-        state = _RolloutState(target=target, cap=cap)
-        state.queue_fns = self._direct_queue_starts(env) if mode == "queue" else None
-        self._claim_groups(env, state, self._groups_to_claim(state))
-        slots = [_EnvSlot() for _ in range(env.num_envs)]
-        obs = self._start_idle_envs(env, mode, slots, state, self._last_obs)
-        completed = self._run_episodes(env, callback, rollout_buffer, mode, slots, state, obs)
-        if mode == "queue":
-            env.env_method("clear_starts")
+        completed = self._run_episodes(env, callback, rollout_buffer, scheduler)
+        scheduler.close()
         if not completed:
             return False
 
         rollout_buffer.compute_advantages()
+        state = scheduler.state
         if self.dynamic_sampling and state.complete > 0:
             observed = state.informative / state.complete
             self._informative_rate = float(np.clip(0.5 * self._informative_rate + 0.5 * observed, target / cap, 1.0))
@@ -800,194 +677,48 @@ class GRPO(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
-    def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: _RolloutState) -> None:
-        self.logger.record("rollout/groups_drawn", state.claimed)
-        self.logger.record("rollout/informative_groups", int((~buffer.group_dropped).sum()))
-        self.logger.record("rollout/dropped_group_fraction", buffer.dropped_group_fraction)
-        self.logger.record("rollout/group_return_std", float(np.mean(buffer.group_return_std)))
-        self.logger.record("rollout/truncated_fraction", float(np.mean(buffer.episode_truncated)))
-
-    def _start_member_now(self, env: VecEnv, env_idx: int, slot: _EnvSlot, member: Member) -> tuple[Any, dict]:
-        """
-        Reset one env into ``member`` at once (``env_method``; never through a VecEnvWrapper).
-
-        In queued-start mode ``member`` is either the env's first queued start (which the wrapper pops, with the same
-        seed and options) or the env has none queued (the explicit seed and options apply).
-        """
-        obs, info = env.env_method("reset", seed=member.seed, options=dict(member.options), indices=[env_idx])[0]
-        self._begin_episode(slot, member, info)
-        return obs, info
-
-    def _begin_episode(self, slot: _EnvSlot, member: Member, reset_info: dict) -> None:
-        slot.member = member
-        slot.trajectory = _new_trajectory()
-        slot.steps = 0
-        slot.anchor_key = reset_info.get("anchor_key") if self._records_anchor_keys else None
-
-    def _queue_next(self, env: VecEnv, env_idx: int, slot: _EnvSlot, state: _RolloutState, n: int = 1) -> None:
-        """Queue up to ``n`` pending members as the next starts of env ``env_idx`` (queued-start mode)."""
-        members = [state.pending.popleft() for _ in range(min(n, len(state.pending)))]
-        if members:
-            self._send_starts(env, env_idx, members, state)
-            slot.queued.extend(members)
-
-    @staticmethod
-    def _send_starts(env: VecEnv, env_idx: int, members: list[Member], state: _RolloutState) -> None:
-        """Queue ``members``' starts in env ``env_idx``'s GroupStartWrapper (directly where ``state.queue_fns`` says)."""
-        starts = [(m.seed, dict(m.options)) for m in members]
-        if state.queue_fns is not None:
-            state.queue_fns[env_idx](starts)
-        else:
-            env.env_method("queue_starts", starts, indices=[env_idx])
-
-    @staticmethod
-    def _direct_queue_starts(env: VecEnv) -> list[Callable[..., Any]] | None:
-        """
-        Each env's ``queue_starts`` (its :class:`GroupStartWrapper`'s), to call directly once per episode, when that is
-        exactly what ``env.env_method("queue_starts", ..., indices=[i])`` does: an in-process ``DummyVecEnv`` (not behind
-        a VecEnvWrapper) whose ``env_method`` is DummyVecEnv's, or whose class lists ``"queue_starts"`` in its
-        ``direct_env_methods`` (``baselines.training.FreshInfoDummyVecEnv``). None otherwise: ``env_method`` is used.
-        """
-        if not isinstance(env, DummyVecEnv) or env.unwrapped is not env:
-            return None
-        cls = type(env)
-        if cls.env_method is not DummyVecEnv.env_method and "queue_starts" not in getattr(cls, "direct_env_methods", ()):
-            return None
-        return [inner.get_wrapper_attr("queue_starts") for inner in env.envs]
-
-    def _start_idle_envs(self, env: VecEnv, mode: str, slots: list[_EnvSlot], state: _RolloutState, last_obs: Any) -> Any:
-        """
-        Start pending members on every env (all envs are idle): a wave start.
-
-        Queued-start mode: queue each env's member (and the next one, when refilling) and call ``VecEnv.reset()``,
-        which goes through any VecEnv wrapper. Direct mode: ``env_method("reset", ...)`` per env; envs left
-        without a member keep their current observation.
-
-        :return: The observations of all envs
-        """
-        if mode == "queue":
-            # one start per env, then (refilling) a second one per env, handed out in env order
-            idle = [env_idx for env_idx, slot in enumerate(slots) if not slot.queued]
-            rounds = 2 if self.refill_envs else 1
-            starts: dict[int, list[Member]] = {env_idx: [] for env_idx in idle}
-            for _ in range(rounds):
-                for env_idx in idle:
-                    if state.pending:
-                        starts[env_idx].append(state.pending.popleft())
-            for env_idx, members in starts.items():
-                if members:
-                    self._send_starts(env, env_idx, members, state)
-                    slots[env_idx].queued.extend(members)
-            obs = env.reset()
-            for env_idx, slot in enumerate(slots):
-                if slot.queued:
-                    self._begin_episode(slot, slot.queued.popleft(), env.reset_infos[env_idx])
-                    if self.refill_envs and not slot.queued:
-                        self._queue_next(env, env_idx, slot, state)
-            return obs
-        obs = _copy_obs(last_obs)
-        for env_idx, slot in enumerate(slots):
-            if state.pending:
-                start_obs, _ = self._start_member_now(env, env_idx, slot, state.pending.popleft())
-                _set_obs(obs, env_idx, start_obs)
-        return obs
-
     def _run_episodes(
-        self,
-        env: VecEnv,
-        callback: BaseCallback,
-        rollout_buffer: GroupRolloutBuffer,
-        mode: str,
-        slots: list[_EnvSlot],
-        state: _RolloutState,
-        obs: Any,
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: GroupRolloutBuffer, scheduler: GroupScheduler
     ) -> bool:
         """
-        Step the VecEnv until every claimed member's episode is stored in the buffer.
+        Step the VecEnv until every member the scheduler claims has its episode stored in the buffer.
 
         :return: False if the callback asked to stop
         """
-        n_envs = env.num_envs
-        use_masking = self._use_masking_now
-        can_reset_one = env.unwrapped is env
-        # A VecEnv that can step some of its envs only (``step_some``, e.g. the one ``edo train`` builds for EDO ids)
-        # leaves the envs idle at the end of a rollout where they are: their steps are never recorded. If it can also
-        # hold an env at its episode's end (``hold``), the envs with no start queued skip the auto-reset: its episode
-        # would never be recorded either (a recorded episode starts with a seeded reset, queued or explicit)
-        step_some = getattr(env, "step_some", None) if can_reset_one else None
-        can_hold = step_some is not None and _accepts_keyword(step_some, "hold")
         # The recorded envs' observations (and masks) are copied once per vectorized step into row stores; an episode
         # keeps its row numbers, and the buffer gathers all episodes' rows in one go when the rollout is complete
         obs_store, mask_store = StepStore(), StepStore()
-        records_anchor_keys, max_episode_steps = self._records_anchor_keys, self.max_episode_steps
-        # masks read off the observations (action_mask_key), checked against the envs' own at the rollout's first step
-        mask_key = self.__dict__.get("action_mask_key") if use_masking else None
-        check_mask_key = mask_key is not None
-
-        inference = th.inference_mode()  # one context manager, entered once per vectorized step
-        # a VecEnv that hands out new observation arrays and never writes into them again (its class says so with
-        # ``fresh_observations``, as FreshInfoDummyVecEnv does) lets a step with every env recorded be stored as is
-        fresh_obs = env.unwrapped is env and getattr(type(env), "fresh_observations", False) is True
+        slots = scheduler.slots
+        first_step = True
+        obs = scheduler.start(self._last_obs)
         while True:
-            active_list = [slot.member is not None for slot in slots]
-            if not any(active_list):
-                if not state.pending and not any(slot.queued for slot in slots):
-                    self._claim_groups(env, state, self._groups_to_claim(state))
-                    if not state.pending:
-                        break
-                obs = self._start_idle_envs(env, mode, slots, state, obs)
-                continue
-
-            if mask_key is None:
-                action_masks = get_action_masks(env) if use_masking else None
-            else:
-                action_masks = obs[mask_key].reshape(n_envs, -1).astype(bool)
-                if check_mask_key:
-                    self._check_observed_masks(env, action_masks, mask_key)
-                    check_mask_key = False
-            every_env = all(active_list)  # then recorded is arange(n_envs): whole arrays are copied
-            recorded = np.arange(n_envs) if every_env else np.flatnonzero(active_list)
-            # copies (or a fresh VecEnv's own arrays, which GRPO does not write into either once stepped from): the
-            # stored rows stay as they are whatever the VecEnv does to its arrays later
-            first_row = obs_store.append(obs if every_env and fresh_obs else _take_rows(obs, recorded, every_env))
+            running, obs = scheduler.next_wave(obs)
+            if not running:
+                break
+            recorded = scheduler.recorded_envs()
+            action_masks = self._action_masks(env, obs, check_mask_key=first_step)
+            first_step = False
+            first_row = obs_store.append(_take_rows(obs, recorded))
             if action_masks is not None:
-                # the masks are a new array each step (get_action_masks stacks the envs' own; astype copies), read
-                # only: every env's rows are stored as they are, some envs' are taken (a copy)
-                masks = np.asarray(action_masks if every_env else action_masks[recorded], dtype=bool)
-                mask_store.append(masks.reshape(len(recorded), -1))
-            with inference:
-                # numpy Dict observations straight to the policy's flat features when it can (same values, same draw)
-                from_numpy = getattr(self.policy, "sample_from_numpy", None) if isinstance(obs, dict) else None
-                sampled = from_numpy(obs, action_masks) if from_numpy is not None else None
-                if sampled is None:
-                    obs_tensor = obs_as_tensor(obs, self.device)  # type: ignore[arg-type]
-                    sampled = self.policy(obs_tensor, action_masks=action_masks)
-                actions_tensor, log_probs_tensor = sampled
-            step_actions = actions_tensor.cpu().numpy()
-            log_probs = log_probs_tensor.cpu().numpy()
-            clipped_actions = step_actions
+                mask_store.append(np.asarray(action_masks[recorded], dtype=bool).reshape(len(recorded), -1))
+            actions, log_probs = self._sample_actions(obs, action_masks)
+            clipped_actions = actions
             if isinstance(self.action_space, spaces.Box):
-                clipped_actions = np.clip(step_actions, self.action_space.low, self.action_space.high)
-
-            if step_some is not None and (can_hold or not every_env):
-                moving = [i for i in range(n_envs) if slots[i].member is not None or slots[i].queued]
-                hold = {"hold": [i for i in moving if not slots[i].queued]} if can_hold else {}
-                step_obs, step_rewards, step_dones, step_infos = step_some(clipped_actions, moving, **hold)
-            else:
-                step_obs, step_rewards, step_dones, step_infos = env.step(clipped_actions)
+                clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
+            new_obs, rewards, dones, infos = scheduler.step(clipped_actions)
 
             self.num_timesteps += len(recorded)
             # Callbacks see the recorded envs only (SB3's names, restricted to those envs); as in SB3, the info buffer
             # reads the same infos and dones as the callback
-            recorded_infos = list(step_infos) if every_env else [step_infos[i] for i in recorded]
-            recorded_dones = _take_rows(step_dones, recorded, every_env)
+            recorded_infos = [infos[i] for i in recorded]
+            recorded_dones = dones[recorded]
             callback.update_locals(
                 {
                     "infos": recorded_infos,
                     "dones": recorded_dones,
-                    "rewards": _take_rows(step_rewards, recorded, every_env),
-                    "actions": _take_rows(step_actions, recorded, every_env),
-                    "new_obs": _take_rows(step_obs, recorded, every_env),
+                    "rewards": rewards[recorded],
+                    "actions": actions[recorded],
+                    "new_obs": _take_rows(new_obs, recorded),
                     "env_indices": recorded,
                     "recorded": np.arange(len(recorded)),
                     "wave_members": [slots[i].member for i in recorded],
@@ -998,93 +729,49 @@ class GRPO(OnPolicyAlgorithm):
             self._update_info_buffer(recorded_infos, recorded_dones)
 
             row = first_row  # the next recorded env's row in the stores (recorded envs are in env order)
-            dones = step_dones.tolist()
-            for env_idx in range(n_envs):
-                slot = slots[env_idx]
+            for env_idx, slot in enumerate(slots):
                 done = bool(dones[env_idx])
                 if slot.member is None:
-                    # an idle env: its auto-reset may have started a queued member
-                    if done and slot.queued:
-                        self._begin_episode(slot, slot.queued.popleft(), env.reset_infos[env_idx])
-                        if self.refill_envs:
-                            self._queue_next(env, env_idx, slot, state)
+                    scheduler.idle_env_stepped(env_idx, done)
                     continue
-
                 trajectory = slot.trajectory
                 trajectory["observations"].append(row)
                 row += 1
-                trajectory["actions"].append(step_actions[env_idx])
+                trajectory["actions"].append(actions[env_idx])
                 trajectory["log_probs"].append(log_probs[env_idx])
-                trajectory["rewards"].append(step_rewards[env_idx])
-                if records_anchor_keys:
+                trajectory["rewards"].append(rewards[env_idx])
+                if self._records_anchor_keys:
                     trajectory["anchor_keys"].append(slot.anchor_key)
-                    slot.anchor_key = step_infos[env_idx].get("anchor_key")
+                    slot.anchor_key = infos[env_idx].get("anchor_key")
                 slot.steps += 1
-                cut = max_episode_steps is not None and slot.steps >= max_episode_steps
+                cut = self.max_episode_steps is not None and slot.steps >= self.max_episode_steps
                 if not (done or cut):
                     continue
-
-                member = slot.member
-                truncated = bool(step_infos[env_idx].get("TimeLimit.truncated", False)) or not done
                 rows = np.array(trajectory["observations"], dtype=np.int64)
                 rollout_buffer.add_episode(
-                    group_id=member.group_id,
+                    group_id=slot.member.group_id,
                     observations=StepRows(obs_store, rows),
                     actions=trajectory["actions"],
                     log_probs=trajectory["log_probs"],
                     rewards=trajectory["rewards"],
                     action_masks=StepRows(mask_store, rows) if action_masks is not None else None,
-                    truncated=truncated,
+                    truncated=bool(infos[env_idx].get("TimeLimit.truncated", False)) or not done,
                     anchor_keys=trajectory["anchor_keys"] if self._records_anchor_keys else None,
-                    success=self._episode_success(step_infos[env_idx], done),
+                    success=self._episode_success(infos[env_idx], done),
                 )
-                self._member_finished(rollout_buffer, state, member.group_id)
-                slot.member = None
-
-                if not self.refill_envs:
-                    continue  # synchronous waves: the next wave starts when every env is idle
-                if mode == "queue" and done and slot.queued:
-                    # the VecEnv's auto-reset already started the queued member
-                    self._begin_episode(slot, slot.queued.popleft(), env.reset_infos[env_idx])
-                    self._queue_next(env, env_idx, slot, state)
-                elif can_reset_one and (slot.queued or state.pending):
-                    member = slot.queued.popleft() if slot.queued else state.pending.popleft()
-                    start_obs, _ = self._start_member_now(env, env_idx, slot, member)
-                    _set_obs(step_obs, env_idx, start_obs)
-                    if mode == "queue":
-                        self._queue_next(env, env_idx, slot, state)
-                # else (a cut episode behind a VecEnvWrapper): the queued start waits for the env's auto-reset
-
-            if self.refill_envs:
-                self._claim_groups(env, state, self._groups_to_claim(state))
-                if state.pending:
-                    step_obs = self._hand_out_pending(env, mode, slots, state, step_obs, can_reset_one)
-            obs = step_obs
+                scheduler.episode_ended(env_idx, done, new_obs)
+            obs = scheduler.refill(new_obs)
 
         self._last_obs = obs  # type: ignore[assignment]
-        self._last_episode_starts = np.ones((n_envs,), dtype=bool)
+        self._last_episode_starts = np.ones((env.num_envs,), dtype=bool)
         return True
 
-    def _hand_out_pending(
-        self, env: VecEnv, mode: str, slots: list[_EnvSlot], state: _RolloutState, obs: Any, can_reset_one: bool
-    ) -> Any:
-        """Give newly claimed members (dynamic sampling) to envs that have nothing queued."""
-        for env_idx, slot in enumerate(slots):
-            if not state.pending:
-                break
-            if slot.member is not None or slot.queued:
-                if mode == "queue" and not slot.queued:
-                    self._queue_next(env, env_idx, slot, state)
-                continue
-            if mode == "queue":
-                self._queue_next(env, env_idx, slot, state, n=2 if can_reset_one else 1)
-                if not can_reset_one:
-                    continue  # starts at the env's next auto-reset
-                start_obs, _ = self._start_member_now(env, env_idx, slot, slot.queued.popleft())
-            else:
-                start_obs, _ = self._start_member_now(env, env_idx, slot, state.pending.popleft())
-            _set_obs(obs, env_idx, start_obs)
-        return obs
+    def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: RolloutState) -> None:
+        self.logger.record("rollout/groups_drawn", state.claimed)
+        self.logger.record("rollout/informative_groups", int((~buffer.group_dropped).sum()))
+        self.logger.record("rollout/dropped_group_fraction", buffer.dropped_group_fraction)
+        self.logger.record("rollout/group_return_std", float(np.mean(buffer.group_return_std)))
+        self.logger.record("rollout/truncated_fraction", float(np.mean(buffer.episode_truncated)))
 
     def _episode_success(self, info: dict[str, Any], done: bool) -> bool | None:
         """The success flag of an episode that just ended, for ``filter_on="success"`` (None otherwise): the env's
@@ -1100,13 +787,6 @@ class GRPO(OnPolicyAlgorithm):
                 "this env's episode ended without it; use filter_on='return' for this env"
             )
         return bool(value)
-
-    def _member_finished(self, buffer: GroupRolloutBuffer, state: _RolloutState, group_id: int) -> None:
-        state.finished_members[group_id] += 1
-        if state.finished_members[group_id] == self.group_size:
-            state.complete += 1
-            if self.dynamic_sampling and buffer.group_is_informative(group_id):
-                state.informative += 1
 
     # ------------------------------------------------------------------ training
     def train(self) -> None:
@@ -1177,8 +857,7 @@ class GRPO(OnPolicyAlgorithm):
                     kl_refs.append(terms.kl_ref.detach())
                     loss = terms.loss.detach()
 
-                    for parameter in parameters:  # optimizer.zero_grad(set_to_none=True), without its overhead
-                        parameter.grad = None
+                    self.policy.optimizer.zero_grad(set_to_none=True)
                     terms.loss.backward()
                     th.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
                     self.policy.optimizer.step()
@@ -1325,38 +1004,11 @@ class GRPO(OnPolicyAlgorithm):
         return self
 
 
-def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
-    """Whether ``fn`` takes a keyword argument ``name`` (a named parameter or ``**kwargs``)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def _copy_obs(obs: Any) -> Any:
-    if isinstance(obs, dict):
-        return {key: np.array(value) for key, value in obs.items()}
-    return np.array(obs)
-
-
-def _set_obs(obs: Any, env_idx: int, value: Any) -> None:
-    if isinstance(obs, dict):
-        for key in obs:
-            obs[key][env_idx] = value[key]
-    else:
-        obs[env_idx] = value
-
-
-def _take_rows(values: Any, indices: np.ndarray, every_row: bool = False) -> Any:
-    """Rows ``indices`` of ``values`` (an array, e.g. rewards, or a dict of arrays, e.g. observations), copied.
-    ``every_row``: ``indices`` is every row in order (``arange``), and whole arrays are copied instead: the same
-    values, ~4x faster than fancy indexing."""
+def _take_rows(values: Any, indices: np.ndarray) -> Any:
+    """Rows ``indices`` of ``values`` (an array, or a dict of arrays such as Dict observations), copied."""
     if isinstance(values, dict):
-        if every_row:
-            return {key: value.copy() for key, value in values.items()}
         return {key: value[indices] for key, value in values.items()}
-    return values.copy() if every_row else values[indices]
+    return values[indices]
 
 
 __all__ = ["GRPO", "GRPOLossTerms", "Member", "grpo_loss", "ratio_diagnostics"]

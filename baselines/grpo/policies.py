@@ -11,7 +11,6 @@ spaces (same semantics as sb3-contrib's ``MaskableActorCriticPolicy``: ``True`` 
 ``Box`` action spaces use a diagonal Gaussian (state-independent log std) and do not accept masks.
 """
 
-import math
 import warnings
 from functools import partial
 from typing import Any
@@ -96,53 +95,8 @@ def sample_masked_categorical(logits: th.Tensor, action_masks: MaybeMasks = None
         # a Python scalar becomes the same value in the logits' dtype as sb3-contrib's th.tensor(-1e8, dtype=...)
         masked = th.where(masks, normalised, MASKED_LOGIT)
     log_p = masked - masked.logsumexp(dim=-1, keepdim=True)
-    probs = th.softmax(log_p, dim=-1)
-    if probs.device.type != "cpu":
-        drawn = th.multinomial(probs, 1, True)  # (batch, 1): Categorical.sample's draw, one per row
-        return drawn.view(-1), log_p.gather(-1, drawn).view(-1)
-    # On the CPU, ``th.multinomial(probs, 1, True)`` (one sample per row) draws by its "exponential trick": q ~ Exp(1)
-    # from the default generator in probs' shape, then argmax(probs / q) per row. These are those three operations;
-    # th.multinomial first runs 8 more (max, min, sums, two host syncs) to validate probs, which a softmax always
-    # passes unless the logits hold a NaN (or an infinity, which the normalisation turns into NaN). Same draw, same
-    # generator state after it, ~7 us less a call (tested against sb3-contrib's distribution, bit for bit)
-    q = th.empty_like(probs).exponential_(1)
-    drawn = th.div(probs.detach() if probs.requires_grad else probs, q, out=q).argmax(dim=-1, keepdim=True)
-    log_prob = log_p.gather(-1, drawn).view(-1)
-    # a NaN anywhere in a row of logits makes every value of that row's log_p NaN, the drawn one included
-    if math.isnan(log_prob.sum().item()):
-        raise RuntimeError(
-            "probability tensor contains either `inf`, `nan` or element < 0: the policy's action logits hold NaN or "
-            "infinite values (th.multinomial's error, raised here before the draw is used)"
-        )
-    return drawn.view(-1), log_prob
-
-
-def _plain_forward(*modules: nn.Module) -> bool:
-    """Whether ``module.forward(x)`` is exactly what ``module(x)`` runs, now, for each of ``modules``: not compiled, not
-    traced, no hooks on them and no global ones (``Module._call_impl`` then calls ``forward`` and nothing else)."""
-    try:
-        from torch.nn.modules import module as torch_module
-
-        if (
-            torch_module._global_forward_hooks
-            or torch_module._global_forward_pre_hooks
-            or torch_module._global_backward_hooks
-            or torch_module._global_backward_pre_hooks
-            or th._C._get_tracing_state()
-        ):
-            return False
-        for m in modules:
-            if (
-                m._compiled_call_impl is not None
-                or m._forward_hooks
-                or m._forward_pre_hooks
-                or m._backward_hooks
-                or m._backward_pre_hooks
-            ):
-                return False
-    except AttributeError:  # another torch's internals: call the modules
-        return False
-    return True
+    drawn = th.multinomial(th.softmax(log_p, dim=-1), 1, True)  # (batch, 1): Categorical.sample's draw, one per row
+    return drawn.view(-1), log_p.gather(-1, drawn).view(-1)
 
 
 class GRPOPolicy(BasePolicy):
@@ -348,17 +302,7 @@ class GRPOPolicy(BasePolicy):
             return None
         n = parts[0].shape[0]
         features = th.from_numpy(np.concatenate([part.reshape(n, -1) for part in parts], axis=1))
-        net = self.actor_net
-        if type(net) is nn.Sequential and _plain_forward(net, *net, head):
-            # what action_net(actor_net(features)) runs, without Module.__call__ around each layer (~30 us a call
-            # between env steps): the same forward methods, in the same order
-            x = features
-            for layer in net:
-                x = layer.forward(x)
-            logits = head.forward(x)
-        else:
-            logits = head(net(features))
-        return sample_masked_categorical(logits, action_masks)
+        return sample_masked_categorical(head(self.actor_net(features)), action_masks)
 
     def _flat_keys(self) -> list[str] | None:
         """:meth:`_find_flat_feature_keys`, found once per policy."""

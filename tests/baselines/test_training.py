@@ -1,4 +1,4 @@
-"""Tests of baselines/training.py and the `edo train` / `edo evaluate` commands (tiny budgets)."""
+"""Tests of the baselines.training package and the `edo train` / `edo evaluate` commands (tiny budgets)."""
 
 import json
 import os
@@ -197,7 +197,6 @@ def test_fresh_info_dummy_vec_env_matches_dummy_vec_env():
     )  # fmt: skip
     try:
         assert type(fast) is FreshInfoDummyVecEnv and type(ref) is DummyVecEnv
-        assert fast._obs_rows is not None  # observations are saved through the row views
         obs_a, obs_b = fast.reset(), ref.reset()
         rng = np.random.default_rng(0)
         seen: list = []
@@ -226,12 +225,11 @@ def test_fresh_info_dummy_vec_env_matches_dummy_vec_env():
         ref.close()
 
 
-def test_fresh_info_dummy_vec_env_saves_non_dict_observations_as_dummy_vec_env():
-    """A Box observation (one buffer, key None) has no row views: ``_save_obs`` is DummyVecEnv's, same values."""
+def test_fresh_info_dummy_vec_env_steps_box_observations_as_dummy_vec_env():
+    """A Box observation (one buffer, key None): the same observations, rewards and dones as DummyVecEnv's."""
     fast = FreshInfoDummyVecEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
     ref = DummyVecEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
     try:
-        assert fast._obs_rows is None
         fast.seed(3)
         ref.seed(3)
         obs_a, obs_b = fast.reset(), ref.reset()
@@ -244,84 +242,6 @@ def test_fresh_info_dummy_vec_env_saves_non_dict_observations_as_dummy_vec_env()
     finally:
         fast.close()
         ref.close()
-
-
-def test_grpo_queues_starts_directly_only_where_env_method_does_just_that(tmp_path, monkeypatch):
-    """GRPO calls each env's ``queue_starts`` itself on an in-process DummyVecEnv (or one that declares the method
-    in ``direct_env_methods``), and trains the same parameters as through ``env_method``; a subclass that overrides
-    ``env_method`` without declaring it, or a VecEnvWrapper, keeps ``env_method``."""
-    from stable_baselines3.common.vec_env import VecMonitor
-
-    from baselines.grpo.grpo import GRPO
-
-    venv = make_train_env(TrainConfig(**{**TINY, "n_envs": 2}))
-    try:
-        fns = GRPO._direct_queue_starts(venv)
-        assert fns is not None and [fn.__self__ for fn in fns] == venv.envs  # each env's GroupStartWrapper
-        with pytest.warns(UserWarning, match="already wrapped with a `Monitor`"):
-            wrapped = VecMonitor(venv)
-        assert GRPO._direct_queue_starts(wrapped) is None
-    finally:
-        venv.close()
-
-    class CountingVecEnv(DummyVecEnv):
-        def env_method(self, method_name, *method_args, indices=None, **method_kwargs):
-            return super().env_method(method_name, *method_args, indices=indices, **method_kwargs)
-
-    plain = DummyVecEnv([lambda: GroupStartWrapper(gym.make("CartPole-v1"))])
-    counting = CountingVecEnv([lambda: GroupStartWrapper(gym.make("CartPole-v1"))])
-    assert GRPO._direct_queue_starts(plain) is not None and GRPO._direct_queue_starts(counting) is None
-    plain.close()
-    counting.close()
-
-    kwargs = dict(TINY, total_timesteps=600, n_envs=4, group_size=4, groups_per_rollout=2, eval_episodes=0)
-
-    def run(name: str) -> dict:
-        cfg = TrainConfig(algo="grpo", env_id="EDO-v0", seed=3, output_dir=str(tmp_path / name), **kwargs)
-        model, _ = train(cfg)
-        return {k: v.detach().clone() for k, v in model.policy.state_dict().items()}
-
-    calls = []
-    env_method = FreshInfoDummyVecEnv.env_method
-
-    def counted(self, method_name, *args, **kw):
-        calls.append(method_name)
-        return env_method(self, method_name, *args, **kw)
-
-    monkeypatch.setattr(FreshInfoDummyVecEnv, "env_method", counted)  # declared: still called directly
-    direct = run("direct")
-    assert "queue_starts" not in calls
-    monkeypatch.setattr(GRPO, "_direct_queue_starts", staticmethod(lambda env: None))
-    through = run("env_method")
-    assert "queue_starts" in calls
-    assert direct.keys() == through.keys() and all(th.equal(direct[k], through[k]) for k in direct)
-
-
-def test_grpo_stores_a_fresh_vec_envs_observations_without_a_copy_and_trains_the_same(tmp_path, monkeypatch):
-    """``fresh_observations`` (FreshInfoDummyVecEnv): a step with every env recorded is stored as the VecEnv handed
-    it out, not copied again; training is the same to the bit as with the copy."""
-    from baselines.grpo import grpo as grpo_module
-
-    kwargs = dict(TINY, total_timesteps=600, n_envs=4, group_size=4, groups_per_rollout=2, eval_episodes=0)
-
-    def run(name: str) -> tuple[dict, int]:
-        takes = {"n": 0}
-        take = grpo_module._take_rows
-
-        def counted(obs, indices, every_row=False):
-            takes["n"] += 1
-            return take(obs, indices, every_row)
-
-        monkeypatch.setattr(grpo_module, "_take_rows", counted)
-        cfg = TrainConfig(algo="grpo", env_id="EDO-v0", seed=4, output_dir=str(tmp_path / name), **kwargs)
-        model, _ = train(cfg)
-        return {k: v.detach().clone() for k, v in model.policy.state_dict().items()}, takes["n"]
-
-    fresh, takes_fresh = run("fresh")
-    monkeypatch.setattr(FreshInfoDummyVecEnv, "fresh_observations", False)
-    copied, takes_copied = run("copied")
-    assert takes_fresh < takes_copied  # fewer copies taken
-    assert fresh.keys() == copied.keys() and all(th.equal(fresh[k], copied[k]) for k in fresh)
 
 
 def test_eval_episodes_zero_skips_evaluation(tmp_path):

@@ -379,8 +379,8 @@ def test_collection_sampling_is_the_maskable_distribution_bit_for_bit(masked, ma
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_collection_sampling_with_non_finite_logits_is_multinomials(bad, masked):
-    """The fast path draws without ``th.multinomial``'s validation of the probabilities: with a NaN or infinite logit
-    it still raises multinomial's error where multinomial raises, and otherwise gives its draw and log-probabilities."""
+    """With a NaN or infinite logit the sampling raises ``th.multinomial``'s error where multinomial raises, and
+    otherwise gives its draw and log-probabilities."""
     from baselines.grpo.policies import MASKED_LOGIT, sample_masked_categorical
 
     def with_multinomial(logits: th.Tensor, masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor]:

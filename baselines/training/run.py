@@ -1,0 +1,313 @@
+"""Build, train, save and evaluate a model from a :class:`~baselines.training.config.TrainConfig`."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch as th
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.vec_env import VecEnv
+
+from baselines.evaluation import (
+    EvalResult,
+    evaluate_heuristic,
+    evaluate_model,
+    format_table,
+    heldout_task_ids,
+    make_eval_env,
+)
+from baselines.grpo.callbacks import FreezeGCCallback, RecordedStepsProgressBar
+from baselines.heuristics import HEURISTICS, make_heuristic
+from baselines.training.config import ALGOS, GROUP_ALGOS, TrainConfig
+from baselines.training.timing import threads_in_update, timed_learning
+from baselines.training.vec_env import _ensure_registered, _is_edo_id, make_train_env
+
+
+def _algo_class(algo: str) -> type[BaseAlgorithm]:
+    if algo == "grpo":
+        from baselines.grpo import GRPO
+
+        return GRPO
+    if algo == "gigpo":
+        from baselines.grpo import GiGPO
+
+        return GiGPO
+    if algo == "ppo":
+        from stable_baselines3 import PPO
+
+        return PPO
+    if algo == "maskable_ppo":
+        from sb3_contrib import MaskablePPO
+
+        return MaskablePPO
+    raise ValueError(f"unknown algo {algo!r}; choose from {list(ALGOS)}")
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` did: where the model is, how long it took, and the held-out evaluation table."""
+
+    config: TrainConfig
+    model_path: Path
+    #: Env steps actually trained on (GRPO overshoots ``total_timesteps`` by < one rollout).
+    num_timesteps: int
+    train_wall_s: float
+    eval_wall_s: float
+    #: Trainable parameters of the policy (GRPO: actor only; PPO: actor and critic).
+    n_params: int
+    #: Heuristic rows (if evaluated) then the model's row; empty when ``eval_episodes == 0``.
+    results: list[EvalResult] = field(default_factory=list)
+    #: Where ``train_wall_s`` went (:meth:`TimeBreakdown.as_dict`): env stepping, policy inference, update, other.
+    time_breakdown: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.num_timesteps / self.train_wall_s if self.train_wall_s > 0 else 0.0
+
+    @property
+    def table(self) -> str:
+        return format_table(self.results) if self.results else "(no evaluation)"
+
+    @property
+    def model_result(self) -> EvalResult | None:
+        """The trained model's row of the evaluation (``None`` if not evaluated)."""
+        return self.results[-1] if self.results else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.as_dict(),
+            "model_path": str(self.model_path),
+            "num_timesteps": self.num_timesteps,
+            "train_wall_s": self.train_wall_s,
+            "steps_per_s": self.steps_per_s,
+            "eval_wall_s": self.eval_wall_s,
+            "n_params": self.n_params,
+            "time_breakdown": dict(self.time_breakdown),
+            "results": [r.as_dict() for r in self.results],
+        }
+
+
+def count_parameters(model: BaseAlgorithm) -> int:
+    """Trainable parameters of ``model.policy``."""
+    return sum(p.numel() for p in model.policy.parameters() if p.requires_grad)
+
+
+def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
+    """Build the (untrained) algorithm of ``cfg`` on ``env`` with ``MultiInputPolicy`` for Dict observations."""
+    cls = _algo_class(cfg.algo)
+    policy = "MultiInputPolicy" if isinstance(env.observation_space, gym.spaces.Dict) else "MlpPolicy"
+    common: dict[str, Any] = dict(
+        learning_rate=cfg.learning_rate,
+        n_epochs=cfg.n_epochs,
+        ent_coef=cfg.ent_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        target_kl=cfg.target_kl,
+        tensorboard_log=cfg.tensorboard_log,
+        verbose=cfg.verbose,
+        seed=cfg.seed,
+        device=cfg.device,
+    )
+    if cfg.algo in GROUP_ALGOS:
+        group_mode = cfg.group_mode
+        if group_mode is None:
+            group_mode = "task_id" if _has_num_tasks(env) else "seed"
+        if cfg.algo == "gigpo":
+            common["step_advantage_weight"] = cfg.step_advantage_weight
+        return cls(
+            policy,
+            env,
+            group_size=cfg.group_size,
+            groups_per_rollout=cfg.groups_per_rollout,
+            batch_size=cfg.batch_size,
+            clip_range=cfg.clip_range,
+            clip_range_high=cfg.clip_range_high,
+            kl_coef=cfg.kl_coef,
+            loss_type=cfg.loss_type,
+            filter_on=cfg.filter_on,
+            dynamic_sampling=cfg.dynamic_sampling,
+            scale_rewards=cfg.scale_rewards or ("group" if cfg.normalize_std else "none"),
+            supervision=cfg.supervision,
+            group_mode=group_mode,
+            # EDO's observations carry the action mask: read it there, not through 16 env_method calls per step
+            action_mask_key="action_mask" if _is_edo_id(cfg.env_id) and _has_obs_key(env, "action_mask") else None,
+            policy_kwargs=dict(net_arch=list(cfg.net_arch)),
+            **common,
+        )
+    n_envs = env.num_envs if isinstance(env, VecEnv) else 1
+    batch_size = min(cfg.batch_size or 64, cfg.n_steps * n_envs)
+    return cls(
+        policy,
+        env,
+        n_steps=cfg.n_steps,
+        batch_size=batch_size,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=cfg.clip_range,
+        vf_coef=cfg.vf_coef,
+        policy_kwargs=dict(net_arch=dict(pi=list(cfg.net_arch), vf=list(cfg.net_arch))),
+        **common,
+    )
+
+
+def _has_obs_key(env: VecEnv | gym.Env, key: str) -> bool:
+    space = env.observation_space
+    return isinstance(space, gym.spaces.Dict) and key in space.spaces
+
+
+def _has_num_tasks(env: VecEnv | gym.Env) -> bool:
+    if isinstance(env, VecEnv):
+        return bool(env.has_attr("num_tasks"))
+    return hasattr(env.unwrapped, "num_tasks")
+
+
+def evaluate_with_heuristics(
+    model: Any,
+    env_id: str,
+    episodes: int = 200,
+    seed: int = 0,
+    name: str = "model",
+    heuristics: bool = True,
+    progress: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[EvalResult]:
+    """Evaluate ``model`` (and the four heuristics) on the first ``episodes`` held-out tasks of ``env_id``.
+
+    :return: one ``EvalResult`` per heuristic (``HEURISTICS`` order) then the model's, last
+    """
+    _ensure_registered(env_id)
+    env = make_eval_env(env_id, **(env_kwargs or {}))
+    try:
+        task_ids = heldout_task_ids(env, episodes)
+        results = []
+        if heuristics:
+            for heuristic in HEURISTICS:
+                results.append(evaluate_heuristic(make_heuristic(heuristic), env, task_ids, seed=seed, progress=progress))
+        results.append(evaluate_model(model, env, task_ids, seed=seed, name=name, progress=progress))
+    finally:
+        env.close()
+    return results
+
+
+def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
+    """Train ``cfg.algo`` on ``cfg.env_id``, save it to ``cfg.model_path`` (plus a ``.json`` summary) and evaluate it.
+
+    :return: the trained model and a :class:`TrainResult` (``result.table`` is the comparison table)
+    """
+    cfg.validate()
+    if cfg.torch_threads is not None:
+        th.set_num_threads(cfg.torch_threads)
+    env = make_train_env(cfg)
+    try:
+        model = make_algo(cfg, env)
+        t0 = time.perf_counter()
+        # progress_bar: SB3's bar, counting recorded steps (see RecordedStepsProgressBar)
+        callbacks: list[BaseCallback] = [RecordedStepsProgressBar()] if cfg.progress_bar else []
+        if cfg.gc_freeze:
+            callbacks.append(FreezeGCCallback())
+        try:
+            with timed_learning(model, env) as times, threads_in_update(model, cfg.update_threads):
+                model.learn(
+                    total_timesteps=cfg.total_timesteps,
+                    callback=CallbackList(callbacks) if callbacks else None,
+                    tb_log_name=f"{cfg.algo}_{cfg.env_id}",
+                )
+        finally:
+            if cfg.gc_freeze:
+                gc.unfreeze()  # also if learn raised (the callback's training end did not run)
+        train_wall_s = time.perf_counter() - t0
+    finally:
+        env.close()
+    path = cfg.model_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(path)
+
+    results: list[EvalResult] = []
+    t1 = time.perf_counter()
+    if cfg.eval_episodes > 0:
+        results = evaluate_with_heuristics(
+            model,
+            cfg.env_id,
+            cfg.eval_episodes,
+            seed=cfg.eval_seed,
+            name=cfg.algo,
+            heuristics=cfg.eval_heuristics,
+            progress=cfg.progress_bar,
+            env_kwargs=cfg.env_kwargs,
+        )
+    eval_wall_s = time.perf_counter() - t1
+    result = TrainResult(
+        config=cfg,
+        model_path=path,
+        num_timesteps=int(model.num_timesteps),
+        train_wall_s=train_wall_s,
+        eval_wall_s=eval_wall_s,
+        n_params=count_parameters(model),
+        results=results,
+        time_breakdown=times.as_dict(),
+    )
+    path.with_suffix(".json").write_text(json.dumps(result.as_dict(), indent=2, default=str))
+    return model, result
+
+
+def infer_algo(path: str | os.PathLike) -> str:
+    """The algo name (``ALGOS``) of a model saved by SB3 (``model.save``), read from the zip's ``data`` entry."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no saved model at {path}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = json.loads(archive.read("data").decode("utf-8"))
+    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a model saved by Stable-Baselines3 ({exc}); pass algo= explicitly") from exc
+    if "group_size" in data and "groups_per_rollout" in data:
+        return "gigpo" if "step_advantage_weight" in data else "grpo"
+    policy_module = str(data.get("policy_class", {}).get("__module__", ""))
+    if policy_module.startswith("sb3_contrib.common.maskable"):
+        return "maskable_ppo"
+    if policy_module.startswith("stable_baselines3") and "n_steps" in data and "clip_range" in data:
+        return "ppo"
+    raise ValueError(f"cannot tell which algorithm saved {path} (policy module {policy_module!r}); pass algo= explicitly")
+
+
+def load_model(path: str | os.PathLike, algo: str | None = None, device: str = "cpu") -> BaseAlgorithm:
+    """Load a saved model; ``algo=None`` infers the class from the zip (:func:`infer_algo`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no saved model at {path}")
+    if algo is None:
+        algo = infer_algo(path)
+    if algo not in ALGOS:
+        raise ValueError(f"unknown algo {algo!r}; choose from {list(ALGOS)}")
+    return _algo_class(algo).load(path, device=device)
+
+
+def evaluate_saved(
+    path: str | os.PathLike,
+    env_id: str = "EDO-v0",
+    episodes: int = 200,
+    seed: int = 0,
+    algo: str | None = None,
+    heuristics: bool = True,
+    progress: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[EvalResult]:
+    """Load the model at ``path`` and evaluate it next to the heuristics on held-out tasks (see :func:`train`).
+
+    :return: heuristic rows (``HEURISTICS`` order) then the model's row; ``format_table`` prints them
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    algo = algo or infer_algo(path)
+    model = load_model(path, algo)
+    return evaluate_with_heuristics(
+        model, env_id, episodes, seed, name=algo, heuristics=heuristics, progress=progress, env_kwargs=env_kwargs
+    )
