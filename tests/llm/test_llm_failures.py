@@ -217,3 +217,26 @@ def test_llm_throughput_counts_failures_of_live_and_replayed_calls():
     assert failures(payload) == (3, "LLMTransientError: x")
     payload["live"][1]["failed_calls"] = 0
     assert failures(payload) == (1, "ReplayMissError: y")
+
+
+def test_edo_evaluate_exits_1_on_failed_calls_unless_allowed(served, tmp_path, capsys):
+    import gymnasium as gym
+
+    from baselines.grpo import GRPO
+    from edo_gym.cli import main
+
+    model = tmp_path / "grpo_tiny.zip"
+    GRPO("MultiInputPolicy", gym.make("EDO-v0"), seed=0, policy_kwargs={"net_arch": [8]}).save(model)
+    common = ["evaluate", str(model), "--algo", "grpo", "--episodes", "1", "--no-heuristics"]
+    assert main([*common, "--backend", "openai", "--base-url", DEAD_URL]) == 2
+    assert "no LLM server answers at" in capsys.readouterr().err
+    cache = str(tmp_path / "cache")
+    assert main([*common, "--backend", "openai", "--base-url", served.base_url, "--llm-cache", cache]) == 0
+    capsys.readouterr()
+    replay = [*common, "--backend", "openai", "--base-url", DEAD_URL, "--llm-cache", cache, "--llm-cache-mode", "replay"]
+    assert main(replay) == 0 and ", 0 failed" in capsys.readouterr().out
+    assert main([*replay, "--model", "another-model"]) == 1
+    captured = capsys.readouterr()
+    assert "edo evaluate: first failed language-model call:\n  ReplayMissError" in captured.err
+    assert "| grpo (!) |" in captured.out
+    assert main([*replay, "--model", "another-model", "--allow-failures"]) == 0
