@@ -54,9 +54,10 @@ prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk cache
 	$(BIN)/edo prepare
 	touch $(PREPARED)
 
+# a failed prepare (say, an unwritable cache directory) leaves the env usable, only slower to start: say so, and
+# try again at the next make
 $(PREPARED): $(BUILT)
-	$(BIN)/edo prepare
-	touch $(PREPARED)
+	$(BIN)/edo prepare && touch $(PREPARED) || echo "make: edo prepare failed (see above); runs work, their first steps are slower" >&2
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here), then the
 # held-out table next to the heuristics. Measured on 2 CPU cores, evaluation included: about 1 min in fresh clones
