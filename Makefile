@@ -48,7 +48,8 @@ demo-llm: $(PREPARED)  ## real local LLM: start `edo serve-llm`, run a small dem
 # Exact: the same vectors and search results as at step time, bit for bit.
 # The install does it too (PREPARED, a stamp in .venv, redone when the package's source changes), so that a
 # newcomer's first process meets a prepared cache instead of embedding nearly every query it meets for the first
-# time (benchmarks/env_throughput.py measures both: "a newcomer's first steps"). After clearing the cache directory,
+# time: its first 50,000 random legal steps ran at 0.114x CartPole-v1 against 0.016x on an empty cache
+# (benchmarks/env_throughput.py, "a newcomer's first steps"; 2 cores under load). After clearing the cache directory,
 # `make prepare` fills it again.
 prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk caches; idempotent)
 	$(BIN)/edo prepare
