@@ -48,15 +48,17 @@ demo-llm: $(PREPARED)  ## real local LLM: start `edo serve-llm`, run a small dem
 # Exact: the same vectors and search results as at step time, bit for bit.
 # The install does it too (PREPARED, a stamp in .venv, redone when the package's source changes), so that a
 # newcomer's first process meets a prepared cache instead of embedding nearly every query it meets for the first
-# time (benchmarks/env_throughput.py measures both: "a newcomer's first steps"). After clearing the cache directory,
+# time: its first 50,000 random legal steps ran at 0.114x CartPole-v1 against 0.016x on an empty cache
+# (benchmarks/env_throughput.py, "a newcomer's first steps"; 2 cores under load). After clearing the cache directory,
 # `make prepare` fills it again.
 prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk caches; idempotent)
 	$(BIN)/edo prepare
 	touch $(PREPARED)
 
+# a failed prepare (say, an unwritable cache directory) leaves the env usable, only slower to start: say so, and
+# try again at the next make
 $(PREPARED): $(BUILT)
-	$(BIN)/edo prepare
-	touch $(PREPARED)
+	$(BIN)/edo prepare && touch $(PREPARED) || echo "make: edo prepare failed (see above); runs work, their first steps are slower" >&2
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here), then the
 # held-out table next to the heuristics: about 35 s of training and a minute in all on a 2-core x86-64 CPU with a

@@ -21,6 +21,12 @@ Measures, in one run on this machine:
   that same process right after (``first_50k_over_cartpole``, median over ``--first-repeats`` processes with seeds
   0, 1, ..., run one after the other on one cache directory: process k finds the run-time cache entries of
   processes 0..k-1, none of its own seed);
+- a newcomer's first steps (``--newcomer-repeats``, default 3, each in a new empty cache directory of its own): the
+  first ``--first-steps`` random legal steps of a new process over CartPole-v1's rate in that process, (a) after
+  exactly what the install does to the cache (``make install``, and every make target that installs, runs
+  ``edo prepare`` once: here ``python -m edo_gym.cli prepare`` in a process of its own on the empty directory;
+  ``first_50k_after_install_over_cartpole``) and (b) on the empty directory with nothing prepared (a ``pip install``
+  without ``edo prepare``; ``first_50k_empty_cache_over_cartpole``, whose make + reset is a cold start);
 - retrieval latency p50/p99: memoised hits, uncached searches whose query vector is known, fully uncached queries
   that also run the embedder, and search results read from the run-time disk cache (``retrieval.search_cache``).
 
@@ -29,7 +35,7 @@ The warm (steady-state) process uses the same cache directory after them. EDO-v0
 far less than wall-time rates.
 
 Usage: ``python benchmarks/env_throughput.py [--steps 20000] [--repeats 5] [--warmup 150000] [--first-steps 50000]
-[--first-repeats 3]``.
+[--first-repeats 3] [--newcomer-repeats 3]``.
 Results: ``benchmarks/results/env_throughput.{json,md}``.
 """
 
@@ -146,6 +152,30 @@ def first_steps(cache_dir: str, steps: int, seed: int, env_kwargs: dict | None =
     return result
 
 
+#: what the install runs on the user's cache directory (Makefile: the PREPARED stamp's recipe, `$(BIN)/edo prepare`)
+INSTALL_PREPARE = ["-m", "edo_gym.cli", "prepare"]
+
+
+def newcomer_first_steps(steps: int, seed: int, after_install: bool, env_kwargs: dict | None = None) -> dict[str, float]:
+    """A new empty cache directory; then, if ``after_install``, the install's prepare step (``edo prepare``, timed, in
+    a process of its own); then :func:`first_steps` in a new process: a newcomer's first ``steps`` random legal
+    steps next to CartPole-v1 in the same process. The directory is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="edo_newcomer_") as cache_dir:
+        prepare_s = 0.0
+        if after_install:
+            args = list(INSTALL_PREPARE)
+            if (env_kwargs or {}).get("retrieval", {}).get("encoder"):
+                args += ["--retrieval-encoder", env_kwargs["retrieval"]["encoder"]]
+            env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1", TQDM_DISABLE="1")
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, check=True)
+            prepare_s = time.perf_counter() - t0
+        result = first_steps(cache_dir, steps, seed=seed, env_kwargs=env_kwargs)
+    result["prepare_s"] = prepare_s
+    result["edo_over_cartpole"] = result["edo_steps_per_s"] / result["cartpole_steps_per_s"]
+    return result
+
+
 def random_legal_steps(env, n: int, rng: np.random.Generator, masked: bool) -> float:
     """Seconds to take ``n`` random (legal, if ``masked``) steps, resetting at episode ends."""
     obs, info = env.reset(seed=int(rng.integers(1 << 30)))
@@ -246,6 +276,13 @@ def main() -> None:
         default=3,
         help="cold starts, each in an empty cache directory (median reported; the later ones stop after make + reset)",
     )
+    parser.add_argument(
+        "--newcomer-repeats",
+        type=int,
+        default=3,
+        help="new empty cache directories for a newcomer's first --first-steps steps, each measured after the install's "
+        "`edo prepare` and with nothing prepared (0: skip)",
+    )
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args()
     if args.cold_repeats < 1:
@@ -258,6 +295,19 @@ def main() -> None:
     import edo_gym  # noqa: F401
 
     load0 = os.getloadavg()[0]
+    newcomer: dict[str, list[dict[str, float]]] = {"after_install": [], "empty_cache": []}
+    for r in range(args.newcomer_repeats):
+        for case in ("after_install", "empty_cache"):
+            what = "after the install's `edo prepare`" if case == "after_install" else "nothing prepared"
+            print(f"newcomer {r + 1} of {args.newcomer_repeats}: new empty cache directory, {what}, seed {r} ...", flush=True)
+            run = newcomer_first_steps(args.first_steps, seed=r, after_install=case == "after_install", env_kwargs=env_kwargs)
+            newcomer[case].append(run)
+            print(
+                f"  prepare {run['prepare_s']:.1f} s, make {run['make_s']:.2f} s + first reset {run['first_reset_s']:.2f} s; "
+                f"EDO {run['edo_steps_per_s']:,.0f} steps/s, CartPole {run['cartpole_steps_per_s']:,.0f} steps/s: "
+                f"{run['edo_over_cartpole']:.3f}",
+                flush=True,
+            )
     starts = {}
     first: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as cache_dir:
@@ -355,6 +405,25 @@ def main() -> None:
         "first_50k_over_warm_cpu": median_iqr([(args.first_steps / f["edo_cpu_s"]) / warm_cpu_rate for f in first])
         if first
         else None,
+        # a newcomer's first --first-steps steps over CartPole (same process), each repeat in a new empty cache directory:
+        # after what the install does to it (`edo prepare`), and with nothing prepared
+        "first_50k_after_install_over_cartpole": median_iqr([f["edo_over_cartpole"] for f in newcomer["after_install"]])
+        if newcomer["after_install"]
+        else None,
+        "first_50k_empty_cache_over_cartpole": median_iqr([f["edo_over_cartpole"] for f in newcomer["empty_cache"]])
+        if newcomer["empty_cache"]
+        else None,
+        "newcomer": {
+            "steps": args.first_steps,
+            "install_prepare_command": "edo prepare",
+            "after_install": newcomer["after_install"],
+            "empty_cache": newcomer["empty_cache"],
+            # seconds of import + gym.make + the first reset on the empty cache (the cold start's make + reset without
+            # the import is start.cold.make_reset_s)
+            "empty_cache_import_make_reset_s": median_iqr([f["make_s"] + f["first_reset_s"] for f in newcomer["empty_cache"]])
+            if newcomer["empty_cache"]
+            else None,
+        },
         "retrieval_latency_ms": latency,
         "encoder": args.encoder,
         "model_id": service.model_id,
@@ -370,7 +439,7 @@ def main() -> None:
         "",
         f"Machine: {machine_line(m)}. Command: `python benchmarks/env_throughput.py "
         f"--steps {args.steps} --repeats {args.repeats} --warmup {args.warmup} --first-steps {args.first_steps} "
-        f"--first-repeats {args.first_repeats} --cold-repeats {args.cold_repeats}"
+        f"--first-repeats {args.first_repeats} --cold-repeats {args.cold_repeats} --newcomer-repeats {args.newcomer_repeats}"
         + (f" --encoder {args.encoder}" if args.encoder != "transformer" else "")
         + (" --no-reachable" if args.no_reachable else "")
         + f"`. Load average at the start: {load0:.1f}. Retrieval encoder: {args.encoder} (`{service.model_id}`).",
@@ -388,11 +457,44 @@ def main() -> None:
         f"{runtime_hits} / {disk_hits} (it held {runtime_sizes} rows at the end). Target 5,000 steps/s: {'met' if payload['target_met'] else 'NOT met'}.",
         "",
     ]
+    if newcomer["after_install"] or newcomer["empty_cache"]:
+        lines += [
+            f"A newcomer's first {args.first_steps:,} random legal steps: each repeat a new process on a new empty cache "
+            f"directory ({args.newcomer_repeats} repeats, seeds 0-{args.newcomer_repeats - 1}), after exactly what the "
+            "install does to it (`make install`, and every make target that installs, runs `edo prepare` once) or with "
+            "nothing prepared (a `pip install` without `edo prepare`); CartPole-v1 measured in the same process right after:",
+            "",
+            "| cache the new process finds | EDO-v0 steps/s | CartPole-v1 steps/s | first "
+            f"{args.first_steps // 1000}k / CartPole (median) | IQR | per run | prepare (s) | import + make + first reset (s) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for case, label in (
+            ("after_install", "after the install (`edo prepare` on the empty directory)"),
+            ("empty_cache", "empty, nothing prepared"),
+        ):
+            runs = newcomer[case]
+            if not runs:
+                continue
+            r = [f["edo_over_cartpole"] for f in runs]
+            lines.append(
+                f"| {label} | {np.median([f['edo_steps_per_s'] for f in runs]):,.0f} | "
+                f"{np.median([f['cartpole_steps_per_s'] for f in runs]):,.0f} | {np.median(r):.3f} | "
+                f"{np.percentile(r, 25):.3f}-{np.percentile(r, 75):.3f} | {[round(x, 3) for x in r]} | "
+                f"{np.median([f['prepare_s'] for f in runs]):.1f} | "
+                f"{np.median([f['make_s'] + f['first_reset_s'] for f in runs]):.2f} |"
+            )
+        lines += [
+            "",
+            f"Embedder calls in those steps: after the install {[f['embedder_calls'] for f in newcomer['after_install']]}, "
+            f"nothing prepared {[f['embedder_calls'] for f in newcomer['empty_cache']]}.",
+            "",
+        ]
     if first:
         fe = [f["edo_steps_per_s"] for f in first]
         fc = [f["cartpole_steps_per_s"] for f in first]
         lines += [
-            f"First {args.first_steps:,} steps of a fresh process with the disk cache present (no warm-up; "
+            f"First {args.first_steps:,} steps of a fresh process on a prepared cache shared with the processes before "
+            f"it (`first_50k_over_cartpole`: `edo prepare`'s work done by the start measurements, no warm-up; "
             f"{len(first)} processes, seeds 0-{len(first) - 1}; CartPole measured in the same process right after):",
             "",
             "| measure | median | IQR |",
