@@ -46,15 +46,15 @@ VERIFIER_SYSTEM = (
     "You are {name}, checking a teammate's answer. Compare it with the context documents and what you know. Reply with "
     "one word first: CORRECT, INCORRECT or UNSURE (when you cannot check it)."
 )
-# What each call must return, said plainly: a real model reads this (the simulator does not, and it is not counted in
-# the estimated prompt tokens, so the simulated costs do not depend on its wording).
+# What each call must return, said plainly, as a noun phrase: the bundled 135M model echoes an imperative ("Reply with
+# the answer only: ...") back as its answer far more often than it echoes these. A real model reads this; the simulator
+# does not, and it is not counted in the estimated prompt tokens, so simulated costs do not depend on its wording.
 OUTPUT_FORMATS = {
-    "lookup": "Reply with the answer only: the name, number or short phrase the instruction asks for, as the context "
-    "documents write it. No sentence, no explanation. If you do not know, reply: I don't know",
-    "compute": "Reply with the resulting number only, in digits, with no words, units or working",
-    "write": "Reply with one sentence addressed to the customer, in the form: You can request a refund within <refund "
-    "window>.",
+    "lookup": "the answer only (a name, a number or a short phrase), no explanation",
+    "compute": "the resulting number only, in digits (no words, units or working)",
+    "write": "one sentence addressed to the customer, in the form: You can request a refund within <refund window>.",
 }
+# A verifier's format must not start with a verdict word: an echo of it would then read as that verdict.
 VERIFY_FORMAT = (
     "Start the reply with one word: CORRECT (the answer under review is right), INCORRECT (it is wrong) or UNSURE (you "
     "cannot check it); then at most one short sentence"

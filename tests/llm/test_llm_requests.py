@@ -98,15 +98,19 @@ def test_the_planner_request_carries_the_schema_and_workers_a_stop_at_the_newlin
     env.step(env.unwrapped.A_VERIFY + 1)
     roles = {r.role: r for r in seen}
     assert roles["planner"].json_schema == plan_schema(env.unwrapped.config.max_subtasks)
-    assert roles["worker"].stop == STOP_AT_NEWLINE and roles["worker"].output_format.startswith("Reply with")
+    assert roles["worker"].stop == STOP_AT_NEWLINE and roles["worker"].output_format in OUTPUT_FORMATS.values()
     assert "verifier" in roles and roles["verifier"].stop == STOP_AT_NEWLINE
     assert roles["verifier"].output_format.startswith("Start the reply with one word")
 
 
 def test_worker_formats_say_plainly_what_to_return():
-    assert "answer only" in OUTPUT_FORMATS["lookup"] and "I don't know" in OUTPUT_FORMATS["lookup"]
+    assert "answer only" in OUTPUT_FORMATS["lookup"] and "no explanation" in OUTPUT_FORMATS["lookup"]
     assert "number only" in OUTPUT_FORMATS["compute"] and "digits" in OUTPUT_FORMATS["compute"]
-    assert "one sentence" in OUTPUT_FORMATS["write"]
+    assert "one sentence" in OUTPUT_FORMATS["write"] and "You can request a refund within" in OUTPUT_FORMATS["write"]
+    # an echo of the verifier's format is no verdict
+    from edo_gym.agents.worker import VERIFY_FORMAT
+
+    assert parse_verdict(VERIFY_FORMAT) is None and parse_verdict("Output format: " + VERIFY_FORMAT) is None
 
 
 # -- the fallback plan ---------------------------------------------------------------------------------------------------
