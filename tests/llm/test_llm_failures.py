@@ -222,8 +222,8 @@ def test_llm_throughput_counts_failures_of_live_and_replayed_calls():
 def test_edo_evaluate_exits_1_on_failed_calls_unless_allowed(served, tmp_path, capsys):
     import gymnasium as gym
 
+    from baselines.cli import main
     from baselines.grpo import GRPO
-    from edo_gym.cli import main
 
     model = tmp_path / "grpo_tiny.zip"
     GRPO("MultiInputPolicy", gym.make("EDO-v0"), seed=0, policy_kwargs={"net_arch": [8]}).save(model)
