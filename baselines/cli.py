@@ -182,9 +182,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         by_name = {r.policy: r for r in result.results}
         if "static_pipeline" in by_name:
             learned, static = by_name[cfg.algo], by_name["static_pipeline"]
-            clearly = learned.success_ci95[0] > static.success_ci95[1]
-            verdict = "beats" if clearly else "does not clearly beat"
-            detail = "95% intervals disjoint" if clearly else "95% intervals overlap"
+            if learned.success_ci95[0] > static.success_ci95[1]:
+                verdict, detail = "beats", "95% intervals disjoint"
+            elif learned.success_ci95[1] < static.success_ci95[0]:
+                verdict, detail = "is below", "95% intervals disjoint"
+            else:
+                verdict, detail = "does not clearly beat", "95% intervals overlap"
             print(
                 f"\n{cfg.algo} success {learned.success_rate:.3f} {verdict} "
                 f"the static pipeline's {static.success_rate:.3f} ({detail})"
