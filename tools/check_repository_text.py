@@ -4,8 +4,9 @@ Documentation, code, comments, docstrings, file names and result files describe 
 cites the command that reproduces it and the machine class, not the run, the person or the commit that produced it.
 History belongs in CHANGELOG.md (without run labels) and in git. Flagged:
 
-- run labels (``stop 36``, ``stop-36``, ``_stop36``) in text and in file or directory names;
-- talk of the session or of who measured what (``this session``, ``a run of mine``, ``I measured``);
+- run labels (the word for a session's end followed by its number, spaced, hyphenated or as a name suffix) in text
+  and in file or directory names;
+- talk of the working session or of who measured what (first-person accounts of runs and measurements);
 - scratch paths of a development machine (``/work/scratch/...``) in recorded commands;
 - commit hashes given as provenance (``at 1a2b3c4``, ``commit 1a2b3c4``) outside result files, whose ``revision`` field
   the benchmark scripts write as machine metadata, like the date;
