@@ -196,7 +196,7 @@ def template_probe(world: Any, tasks: Any, seed: int = 0) -> dict[str, dict[str,
     wrong-value variants graded right (must be 0) and of right-value rephrasings graded right (should be 1).
     """
     from edo_gym.world.generator import DURATION_DAYS
-    from edo_gym.world.grading import grade_final, task_value_kind
+    from edo_gym.world.grading import durations, grade_final, task_value_kind
 
     rng = np.random.default_rng(seed)
     out: dict[str, dict[str, list[float]]] = {}
@@ -204,7 +204,7 @@ def template_probe(world: Any, tasks: Any, seed: int = 0) -> dict[str, dict[str,
         kind = task_value_kind(task)
         gold = task.answer
         if kind == "duration":
-            days = int(gold.split("within ")[1].split()[0])
+            days = int(next(iter(durations(gold))))
             other = int(rng.choice([d for d in DURATION_DAYS if d != days]))
             wrong = [gold.replace(f"{days} days", f"{other} days"), f"You have {other} days to request a refund."]
             right = [f"You have {days} days to request a refund.", f"Refunds are possible within {days} days of delivery."]

@@ -39,7 +39,6 @@ from edo_gym.world.text import normalize, tokens
 VALUE_KINDS: tuple[str, ...] = (
     "person", "company", "city", "country", "carrier", "order", "shipment", "store", "year", "duration", "amount",
 )  # fmt: skip
-NUMERIC_KINDS = frozenset({"year", "duration", "amount"})
 
 _NUMBER_WORDS = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
@@ -106,6 +105,10 @@ def years(text: str) -> frozenset[float]:
     return frozenset(float(m.group(1)) for m in _YEAR.finditer(text))
 
 
+#: The reader of each numeric value kind (its values in days, thousands or years).
+_NUMERIC_READERS = {"duration": durations, "amount": amounts, "year": years}
+
+
 class EntityIndex:
     """Finds the known entity names a text mentions as whole words (aliases map to their canonical name).
 
@@ -157,12 +160,8 @@ def entity_index(world: World) -> EntityIndex:
 def key_values(world: World, kind: str, text: str, context: str = "") -> frozenset:
     """The key values of ``kind`` that ``text`` states (see the module docstring); for entities, the names mentioned
     in ``context`` (the question) are left out, unless ``text`` names nothing else."""
-    if kind == "duration":
-        return durations(text)
-    if kind == "amount":
-        return amounts(text)
-    if kind == "year":
-        return years(text)
+    if kind in _NUMERIC_READERS:
+        return _NUMERIC_READERS[kind](text)
     if kind not in VALUE_KINDS:
         raise ValueError(f"unknown value kind {kind!r}; allowed: {list(VALUE_KINDS)}")
     index = entity_index(world)
@@ -175,14 +174,9 @@ def key_values(world: World, kind: str, text: str, context: str = "") -> frozens
 @lru_cache(maxsize=50_000)
 def _gold_key(kind: str, gold: str) -> float | str | None:
     """The one key value of a gold answer (a canonical entity name is itself)."""
-    if kind == "duration":
-        values = durations(gold)
-    elif kind == "amount":
-        values = amounts(gold)
-    elif kind == "year":
-        values = years(gold)
-    else:
+    if kind not in _NUMERIC_READERS:
         return gold
+    values = _NUMERIC_READERS[kind](gold)
     return next(iter(values)) if len(values) == 1 else None
 
 
@@ -198,7 +192,7 @@ def grade(world: World, kind: str, answer: str, gold: str, context: str = "") ->
     if target is None:
         return False
     values = key_values(world, kind, answer, context)
-    if kind not in NUMERIC_KINDS and gold not in world.kind_of:  # not a known entity: compare the texts
+    if kind not in _NUMERIC_READERS and gold not in world.kind_of:  # not a known entity: compare the texts
         aliases = world.aliases.get(gold, ())
         return normalize(answer) in {normalize(gold), *(normalize(a) for a in aliases)}
     return values == {target}
