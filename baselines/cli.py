@@ -1,6 +1,6 @@
 """``edo`` command line (the console script): ``edo demo`` (heuristic policies on EDO-v0), ``edo train`` (GRPO / GiGPO
-/ PPO / MaskablePPO, then the held-out evaluation table) and ``edo evaluate PATH`` (a saved model next to the
-heuristics), beside the env's own commands from :mod:`edo_gym.cli` (``prepare``, ``compile``, ``serve-llm``)."""
+/ PPO / MaskablePPO, then the held-out evaluation table), ``edo evaluate PATH`` (a saved model next to the
+heuristics) and ``edo record-dataset`` (episodes of a policy as a Minari dataset, for a warm start), beside the env's own commands from :mod:`edo_gym.cli` (``prepare``, ``compile``, ``serve-llm``)."""
 
 from __future__ import annotations
 
@@ -137,6 +137,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             gc_freeze=not args.no_gc_freeze,
             verbose=args.verbose,
             env_kwargs=retrieval_kwargs(args),
+            features_extractor=None if args.features_extractor in (None, "flat") else args.features_extractor,
+            warm_start=None if args.warm_start in (None, "none") else args.warm_start,
+            warm_start_episodes=args.warm_start_episodes,
+            bc_epochs=args.bc_epochs,
         )
     except ValueError as exc:
         print(f"edo train: error: {exc}", file=sys.stderr)
@@ -147,7 +151,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         flush=True,
     )
     t0 = time.perf_counter()
-    _, result = train(cfg)
+    try:
+        _, result = train(cfg)
+    except (FileNotFoundError, FileExistsError) as exc:  # a warm start's dataset that is missing or in the way
+        print(f"edo train: error: {exc}", file=sys.stderr)
+        return 2
+    if result.warm_start:
+        w = result.warm_start
+        print(
+            f"Warm start: behaviour cloning on {w['steps']:,} steps of {w['episodes']:,} {w['source']} episodes "
+            f"({'recorded now' if w['recorded'] else 'recorded earlier'}, Minari dataset {w['dataset']}): "
+            f"{w['accuracy']:.1%} of the actions matched, {w['wall_s']:.1f} s",
+            flush=True,
+        )
     print(
         f"Trained {result.num_timesteps} steps in {result.train_wall_s:.1f} s ({result.steps_per_s:.0f} steps/s), "
         f"{result.n_params} policy parameters; saved {result.model_path}",
@@ -193,6 +209,26 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"the static pipeline's {static.success_rate:.3f} ({detail})"
             )
     print(f"\nTotal wall time {time.perf_counter() - t0:.1f} s", flush=True)
+    return 0
+
+
+def cmd_record_dataset(args: argparse.Namespace) -> int:
+    from baselines.experience import record_dataset
+    from baselines.training import check_env_id
+
+    t0 = time.perf_counter()
+    try:
+        check_env_id(args.env)
+        path = record_dataset(
+            args.dataset_id, args.policy, args.episodes, args.env, seed=args.seed, overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )  # fmt: skip
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+        print(f"edo record-dataset: error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"Recorded {args.episodes} episodes of {args.policy} on {args.env} as {args.dataset_id} ({path}) in {time.perf_counter() - t0:.1f} s"
+    )
     return 0
 
 
@@ -313,6 +349,18 @@ def build_parser() -> argparse.ArgumentParser:
                     "all failed, DAPO's criterion" + dft)  # fmt: skip
     tr.add_argument("--dynamic-sampling", action="store_true",
                     help="GRPO/GiGPO: draw more groups until groups_per_rollout are informative (DAPO), up to 4x")  # fmt: skip
+    from baselines.extractors import FEATURES_EXTRACTORS
+
+    tr.add_argument("--features-extractor", choices=("flat", *FEATURES_EXTRACTORS), default=d.features_extractor or "flat",
+                    help="flat: every observation key flattened (SB3's default); table: shared encoders over the rows "
+                    "of the subtask and worker tables" + dft)  # fmt: skip
+    tr.add_argument("--warm-start", default=d.warm_start,
+                    help="pre-train by behaviour cloning before the RL run: a hand-written policy (its episodes are "
+                    "recorded once as a Minari dataset), a local Minari dataset id (edo record-dataset), or none"
+                    + dft)  # fmt: skip
+    tr.add_argument("--warm-start-episodes", type=_count, default=d.warm_start_episodes,
+                    help="episodes recorded for a hand-written --warm-start" + dft)  # fmt: skip
+    tr.add_argument("--bc-epochs", type=_count, default=d.bc_epochs, help="behaviour-cloning passes over the dataset" + dft)
     tr.add_argument("--n-steps", type=_count, default=d.n_steps, help="PPO/MaskablePPO: steps per env per rollout" + dft)
     tr.add_argument("--output-dir", default=d.output_dir, help="where <algo>_<env>_<seed>.zip and .json go" + dft)
     tr.add_argument("--tensorboard-dir", default=d.tensorboard_log, help="TensorBoard log dir (default: no logging)")
@@ -336,6 +384,24 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d.verbose, help="SB3 log verbosity" + dft)
     add_retrieval_arg(tr)
     tr.set_defaults(func=cmd_train)
+
+    rd = sub.add_parser(
+        "record-dataset",
+        help="record episodes of a policy on an EDO env's training split as a Minari dataset (for a warm start)",
+        description="Run POLICY for EPISODES episodes of ENV (training split; episode k reset with SEED + k) and store "
+        "them as the local Minari dataset DATASET_ID (under ~/.minari/datasets or MINARI_DATASETS_PATH). Train on it "
+        "with `edo train --warm-start DATASET_ID`.",
+    )
+    rd.add_argument("--dataset-id", required=True, help="Minari id 'namespace/name-vN', e.g. edo/rule_based-v0")
+    rd.add_argument("--policy", default="rule_based",
+                    help="a hand-written policy (random, static_pipeline, rule_based, greedy_router, oracle: it reads "
+                    "hidden state, a privileged teacher) or a model saved by edo train (.zip) (default: %(default)s)")  # fmt: skip
+    rd.add_argument("--episodes", type=_count, default=2000, help="episodes to record (default: %(default)s)")
+    rd.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
+    rd.add_argument("--seed", type=_non_negative_int, default=0, help="reset seed of the first episode (default: 0)")
+    rd.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that id")
+    rd.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rd.set_defaults(func=cmd_record_dataset)
 
     ev = sub.add_parser("evaluate", help="evaluate a saved model next to the heuristics on held-out tasks")
     ev.add_argument("path", help="a model saved by `edo train` (.zip)")

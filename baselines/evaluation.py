@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from baselines.heuristics import HeuristicPolicy
 from edo_gym.envs.edo_env import EDOEnv
+from edo_gym.envs.observation import space_mismatch
 
 #: A policy as the harness calls it: ``act(obs, info) -> action``; it never receives the env.
 ActFn = Callable[[dict[str, np.ndarray], dict[str, Any]], int]
@@ -164,11 +165,23 @@ def evaluate_heuristic(
     )  # fmt: skip
 
 
+def check_model_env(model: Any, env: gym.Env, name: str = "model") -> None:
+    """Raise a ``ValueError`` that says why, when ``model`` (anything with an ``observation_space``) was built for
+    other observations than ``env``'s (a model saved before the pointer-free view, an env made without it, ...)."""
+    space = getattr(model, "observation_space", None)
+    if space is None:
+        return
+    problem = space_mismatch(space, env.observation_space)
+    if problem is not None:
+        raise ValueError(f"{name} cannot run on this env: {problem}")
+
+
 def evaluate_model(model: Any, env: gym.Env, task_ids: Sequence[int], seed: int = 0, name: str = "model",
                    deterministic: bool = True, progress: bool = False) -> EvalResult:  # fmt: skip
     """Evaluate an SB3-style model (``predict(obs, deterministic=..., action_masks=...)``); masks are passed when accepted."""
     import inspect
 
+    check_model_env(model, env, name)
     accepts_masks = "action_masks" in inspect.signature(model.predict).parameters
 
     def act(obs: dict[str, np.ndarray], info: dict[str, Any]) -> int:

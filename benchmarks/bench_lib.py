@@ -116,7 +116,7 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from baselines.evaluation import evaluate_model, make_eval_env
-    from baselines.training import TrainConfig, count_parameters, make_algo, make_train_env
+    from baselines.training import TrainConfig, apply_warm_start, count_parameters, make_algo, make_train_env
 
     th.set_num_threads(1)
     cfg = TrainConfig(
@@ -125,6 +125,7 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
     )  # fmt: skip
     env = make_train_env(cfg)
     model = make_algo(cfg, env)
+    warm = apply_warm_start(model, cfg)
     eval_kwargs = spec.env_kwargs if spec.eval_env_kwargs is None else spec.eval_env_kwargs
     eval_env = make_eval_env(spec.eval_env_id or spec.env_id, **eval_kwargs)
     task_ids = eval_task_ids(eval_env, spec.eval_episodes, spec.eval_on)
@@ -229,6 +230,7 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
         "final": curve[-1],
         "extra_eval": extra,
         "grpo_stats": grpo_stats if spec.algo == "grpo" else None,
+        "warm_start": warm,
     }
     env.close()
     eval_env.close()

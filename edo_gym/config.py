@@ -459,6 +459,10 @@ class EDOConfig:
     illegal_action: str = "penalize"
     #: Number of past actions in the observation.
     history_len: int = 4
+    #: Add the pointer-free view to the observation (since 0.4.0): the current step's and the last finished step's
+    #: rows at fixed keys (``current``, ``last``) and, per worker, what it did on them (``tried``). ``False`` gives the
+    #: 0.3.0 observation space (for models saved before 0.4.0).
+    focus_view: bool = True
     #: Put ``info["text"]``: the state as an LLM orchestrator's prompt (task, plan as written, results, budget, legal
     #: actions; no hidden state). Off by default: building it costs time on every step.
     info_text: bool = False
@@ -506,6 +510,7 @@ class EDOConfig:
         _check_choice(owner, "illegal_action", self.illegal_action, ILLEGAL_ACTION_MODES)
         _check_int(owner, "history_len", self.history_len, 0, 64)
         _check_type(owner, "info_text", self.info_text, bool)
+        _check_type(owner, "focus_view", self.focus_view, bool)
         _check_int(owner, "backend_retries", self.backend_retries, 0, 10)
         _check_float(owner, "backend_backoff_s", self.backend_backoff_s, 0.0, 600.0)
         _check_float(owner, "backend_timeout_s", self.backend_timeout_s, 0.0, 3600.0, low_open=True)

@@ -42,6 +42,7 @@ from baselines.training.config import (  # noqa: E402
 )
 from baselines.training.run import (  # noqa: E402
     TrainResult,
+    apply_warm_start,
     count_parameters,
     evaluate_saved,
     evaluate_with_heuristics,
@@ -60,6 +61,7 @@ from baselines.training.timing import (  # noqa: E402
 from baselines.training.vec_env import FreshInfoDummyVecEnv, check_env_id, make_train_env  # noqa: E402
 
 __all__ = [
+    "apply_warm_start",
     "ALGOS",
     "FILTER_ON",
     "GROUP_ALGOS",

@@ -73,6 +73,19 @@ class TrainConfig:
     filter_on: str = "return"
     #: GRPO/GiGPO: DAPO dynamic sampling (draw more groups until ``groups_per_rollout`` are informative, up to 4x).
     dynamic_sampling: bool = False
+    #: The policy's features extractor: ``None`` (SB3's default for Dict observations: every key flattened) or
+    #: ``"table"`` (:class:`baselines.extractors.EDOTableExtractor`: shared encoders over the rows of the tables).
+    features_extractor: str | None = None
+    # -- warm start (baselines.experience) ------------------------------------------------------------------------
+    #: Pre-train the policy by behaviour cloning before the RL run: a hand-written policy's name (``HEURISTICS``; its
+    #: ``warm_start_episodes`` episodes on the training split are recorded as a Minari dataset, reused while it
+    #: matches) or a local Minari dataset id (``namespace/name-vN``, from ``edo record-dataset``). ``None``: no warm start.
+    warm_start: str | None = None
+    warm_start_episodes: int = 2000
+    #: Behaviour-cloning passes over the dataset, minibatch size and Adam step size.
+    bc_epochs: int = 20
+    bc_batch_size: int = 256
+    bc_learning_rate: float = 1e-3
     # -- PPO / MaskablePPO ----------------------------------------------------------------------------------------
     #: Steps per env per rollout (PPO rollout = ``n_steps * n_envs`` steps).
     n_steps: int = 256
@@ -223,6 +236,29 @@ class TrainConfig:
             f"update_threads must be an int >= 1 or None, got {self.update_threads!r}",
         )
         need(isinstance(self.env_kwargs, dict), f"env_kwargs must be a dict, got {type(self.env_kwargs).__name__}")
+        from baselines.extractors import FEATURES_EXTRACTORS
+
+        need(
+            self.features_extractor is None or self.features_extractor in FEATURES_EXTRACTORS,
+            f"features_extractor must be None or one of {list(FEATURES_EXTRACTORS)}, got {self.features_extractor!r}",
+        )
+        need(
+            self.warm_start is None or (isinstance(self.warm_start, str) and bool(self.warm_start)),
+            f"warm_start must be None, a hand-written policy's name or a Minari dataset id, got {self.warm_start!r}",
+        )
+        need(
+            is_int(self.warm_start_episodes) and self.warm_start_episodes >= 1,
+            f"warm_start_episodes must be an int >= 1, got {self.warm_start_episodes!r}",
+        )
+        need(is_int(self.bc_epochs) and self.bc_epochs >= 1, f"bc_epochs must be an int >= 1, got {self.bc_epochs!r}")
+        need(
+            is_int(self.bc_batch_size) and self.bc_batch_size >= 1,
+            f"bc_batch_size must be an int >= 1, got {self.bc_batch_size!r}",
+        )
+        need(
+            is_num(self.bc_learning_rate) and self.bc_learning_rate > 0,
+            f"bc_learning_rate must be > 0, got {self.bc_learning_rate!r}",
+        )
 
     @property
     def model_path(self) -> Path:

@@ -19,6 +19,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from baselines.evaluation import (
     EvalResult,
+    check_model_env,
     evaluate_heuristic,
     evaluate_model,
     format_table,
@@ -68,6 +69,9 @@ class TrainResult:
     results: list[EvalResult] = field(default_factory=list)
     #: Where ``train_wall_s`` went (:meth:`TimeBreakdown.as_dict`): env stepping, policy inference, update, other.
     time_breakdown: dict[str, float] = field(default_factory=dict)
+    #: The behaviour-cloning warm start (:func:`baselines.experience.warm_start`'s summary; empty without one). Its
+    #: time is not in ``train_wall_s``.
+    warm_start: dict[str, Any] = field(default_factory=dict)
 
     @property
     def steps_per_s(self) -> float:
@@ -92,6 +96,7 @@ class TrainResult:
             "eval_wall_s": self.eval_wall_s,
             "n_params": self.n_params,
             "time_breakdown": dict(self.time_breakdown),
+            "warm_start": dict(self.warm_start),
             "results": [r.as_dict() for r in self.results],
         }
 
@@ -139,7 +144,7 @@ def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
             group_mode=group_mode,
             # EDO's observations carry the action mask: read it there, not through 16 env_method calls per step
             action_mask_key="action_mask" if _is_edo_id(cfg.env_id) and _has_obs_key(env, "action_mask") else None,
-            policy_kwargs=dict(net_arch=list(cfg.net_arch)),
+            policy_kwargs=dict(net_arch=list(cfg.net_arch), **_extractor_kwargs(cfg)),
             **common,
         )
     n_envs = env.num_envs if isinstance(env, VecEnv) else 1
@@ -153,8 +158,39 @@ def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
         gae_lambda=cfg.gae_lambda,
         clip_range=cfg.clip_range,
         vf_coef=cfg.vf_coef,
-        policy_kwargs=dict(net_arch=dict(pi=list(cfg.net_arch), vf=list(cfg.net_arch))),
+        policy_kwargs=dict(net_arch=dict(pi=list(cfg.net_arch), vf=list(cfg.net_arch)), **_extractor_kwargs(cfg)),
         **common,
+    )
+
+
+def _extractor_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    if cfg.features_extractor is None:
+        return {}
+    from baselines.extractors import EDOTableExtractor
+
+    return {"features_extractor_class": EDOTableExtractor}
+
+
+def apply_warm_start(model: BaseAlgorithm, cfg: TrainConfig) -> dict[str, Any]:
+    """Pre-train ``model``'s policy by behaviour cloning as ``cfg.warm_start`` says (nothing when it is None).
+
+    :return: :func:`baselines.experience.warm_start`'s summary, or an empty dict
+    """
+    if cfg.warm_start is None:
+        return {}
+    from baselines.experience import warm_start
+
+    return warm_start(
+        model.policy,
+        cfg.warm_start,
+        cfg.env_id,
+        cfg.env_kwargs,
+        episodes=cfg.warm_start_episodes,
+        epochs=cfg.bc_epochs,
+        batch_size=cfg.bc_batch_size,
+        learning_rate=cfg.bc_learning_rate,
+        seed=cfg.seed,
+        progress=cfg.progress_bar,
     )
 
 
@@ -206,8 +242,10 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
     if cfg.torch_threads is not None:
         th.set_num_threads(cfg.torch_threads)
     env = make_train_env(cfg)
+    warm: dict[str, Any] = {}
     try:
         model = make_algo(cfg, env)
+        warm = apply_warm_start(model, cfg)
         t0 = time.perf_counter()
         # progress_bar: SB3's bar, counting recorded steps (see RecordedStepsProgressBar)
         callbacks: list[BaseCallback] = [RecordedStepsProgressBar()] if cfg.progress_bar else []
@@ -253,6 +291,7 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
         n_params=count_parameters(model),
         results=results,
         time_breakdown=times.as_dict(),
+        warm_start=warm,
     )
     path.with_suffix(".json").write_text(json.dumps(result.as_dict(), indent=2, default=str))
     return model, result
@@ -278,8 +317,12 @@ def infer_algo(path: str | os.PathLike) -> str:
     raise ValueError(f"cannot tell which algorithm saved {path} (policy module {policy_module!r}); pass algo= explicitly")
 
 
-def load_model(path: str | os.PathLike, algo: str | None = None, device: str = "cpu") -> BaseAlgorithm:
-    """Load a saved model; ``algo=None`` infers the class from the zip (:func:`infer_algo`)."""
+def load_model(
+    path: str | os.PathLike, algo: str | None = None, device: str = "cpu", env: gym.Env | VecEnv | None = None
+) -> BaseAlgorithm:
+    """Load a saved model; ``algo=None`` infers the class from the zip (:func:`infer_algo`). With ``env``, the model
+    is checked against (and bound to) it: a model saved for other observations (before the pointer-free view of
+    EDO-Gym 0.3.0, say) raises a ``ValueError`` that says so."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no saved model at {path}")
@@ -287,7 +330,11 @@ def load_model(path: str | os.PathLike, algo: str | None = None, device: str = "
         algo = infer_algo(path)
     if algo not in ALGOS:
         raise ValueError(f"unknown algo {algo!r}; choose from {list(ALGOS)}")
-    return _algo_class(algo).load(path, device=device)
+    model = _algo_class(algo).load(path, device=device)
+    if env is not None:
+        check_model_env(model, env, f"the model at {path}")
+        model.set_env(env)
+    return model
 
 
 def evaluate_saved(

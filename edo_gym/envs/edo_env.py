@@ -39,6 +39,9 @@ package version, and result files record it.
   plans); GiGPO groups states by the observation. ``hidden_state()["plan_faithful"]`` is false for a plan with a
   step that reads a later one (it cannot be executed in order). The oracle replans such plans and mislabelled ones
   and stops paying once the answer cannot be right.
+  The observation gains the pointer-free view (``current``, ``last``, ``tried``; see
+  :mod:`edo_gym.envs.observation`): the same dynamics and rewards, more keys. ``focus_view=False`` gives the earlier
+  observation space; a model trained on it is refused by an env without that setting, with an error that says so.
 - 0.2.0: one text-only LLM protocol; workers read the documents they retrieve; ``verify(w)`` is a charged call per
   worker; the planner makes shape-keeping errors; no hidden state in the observation or ``info``; answers
   normalised for real-model phrasing; ``info["anchor_key"]`` added.
@@ -223,6 +226,7 @@ class EDOEnv(gym.Env):
         # per-step constants of the config (a frozen dataclass; ``max_subtasks`` is a computed property)
         self._max_subtasks = cfg.max_subtasks
         self._history_len = cfg.history_len
+        self._focus_view = cfg.focus_view
         self._enable_verify = cfg.enable_verify
         self._replan_limit = cfg.max_replans if cfg.enable_replan else 0  # replan is legal while replans < this
         self._replan_scale = max(1, cfg.max_replans)
@@ -439,6 +443,11 @@ class EDOEnv(gym.Env):
         self.verified_by: list[set[int]] = [set() for _ in range(n)]
         self.attempts = [0] * n
         self.done_stack: list[int] = []
+        # the pointer-free view's per-step facts: dispatches per worker (without / with retrieval, abstained), the
+        # worker whose result a step holds, each verifier's verdict on it
+        self._tried_counts = np.zeros((n, len(self.workers), 3), dtype=np.float32)
+        self._producer = [-1] * n
+        self._verdict_of: list[dict[int, str]] = [{} for _ in range(n)]
         self._truth: list[StepTruth] | None = None
         self._deps, self._dependents, self._sub_static, self._holes, fresh = _plan_tables_of(plan.steps, self._max_subtasks)
         # the subtask table without the current-step marker, kept up to date row by row: a row is recomputed only
@@ -569,6 +578,8 @@ class EDOEnv(gym.Env):
                 self._touch(i)
                 self.verdicts[i] = []
                 self.verified_by[i] = set()
+                self._producer[i] = -1
+                self._verdict_of[i] = {}
                 step_cost = CallCost(prompt_tokens=cfg.rollback_tokens)
                 self.trace.append(("rollback", i))
             elif kind == "replan":
@@ -697,6 +708,7 @@ class EDOEnv(gym.Env):
         self.attempts[i] += 1
         self._count(w, 0)
         self._dirty_rows.add(i)
+        self._tried_counts[i, w, 1 if retrieve else 0] += 1.0
         if record.failed:  # charged, but the step stays undone
             self.failed_calls += 1
         else:
@@ -705,9 +717,12 @@ class EDOEnv(gym.Env):
             self._touch(i)
             self.verdicts[i] = []
             self.verified_by[i] = set()
+            self._producer[i] = w
+            self._verdict_of[i] = {}
             self.done_stack.append(i)
             if record.abstained:
                 self._count(w, 1)
+                self._tried_counts[i, w, 2] = 1.0
         self.call_retries += record.attempts - 1
         self.retrieval_fallbacks += record.retrieval_fallback
         self._call_status = {
@@ -732,6 +747,7 @@ class EDOEnv(gym.Env):
         else:
             self.verified_by[i].add(w)
             self.verdicts[i].append(check.verdict)
+            self._verdict_of[i][w] = check.verdict
             if check.verdict == "flagged":
                 self._count(record.worker, 2)
             elif check.verdict == "ok":
@@ -856,8 +872,32 @@ class EDOEnv(gym.Env):
         }
         if self._hist_obs is not None:
             obs["history"] = self._hist_obs.copy()
+        if self._focus_view:
+            self._focus(obs, sub, cur, done_stack)
         obs["action_mask"] = mask.copy()
         return obs
+
+    def _focus(self, obs: dict[str, np.ndarray], sub: np.ndarray, cur: int, done_stack: list[int]) -> None:
+        """Add the pointer-free view (see :mod:`edo_gym.envs.observation`) to ``obs``."""
+        tried = np.zeros((len(self.workers), O.TRIED_FEATURES), dtype=np.float32)
+        if cur >= 0:
+            obs["current"] = sub[cur].copy()
+            counts = self._tried_counts[cur]
+            np.minimum(counts[:, :2] * 0.25, 1.0, out=tried[:, O.T_NO_RETRIEVAL : O.T_RETRIEVAL + 1])
+            tried[:, O.T_ABSTAINED] = counts[:, 2]
+        else:
+            obs["current"] = np.zeros(O.SUBTASK_FEATURES, dtype=np.float32)
+        if done_stack:
+            last = done_stack[-1]
+            obs["last"] = sub[last].copy()
+            producer = self._producer[last]
+            if producer >= 0:
+                tried[producer, O.T_PRODUCED] = 1.0
+            for w, verdict in self._verdict_of[last].items():
+                tried[w, O.T_OK - 1 + _VERDICT_CODE[verdict]] = 1.0
+        else:
+            obs["last"] = np.zeros(O.SUBTASK_FEATURES, dtype=np.float32)
+        obs["tried"] = tried
 
     # -- humans and oracles -------------------------------------------------------------------------------------
     def render(self) -> str | np.ndarray | None:

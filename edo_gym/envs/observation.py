@@ -22,9 +22,18 @@ embedding dims):
 - ``budget`` ``(5,)``: tokens / token budget, calls / step limit, latency / latency budget, steps / step limit,
   illegal actions / step limit (each clipped to 1);
 - ``history`` ``(H, A)``: one-hot of the last ``H`` actions (omitted when ``H = 0``);
+- the pointer-free view (``EDOConfig.focus_view``, on by default since 0.4.0), the same facts at fixed positions so
+  that a network need not find the marked row: ``current`` ``(25,)``, the row of the step a dispatch would run (zeros
+  when all are done); ``last`` ``(25,)``, the row of the last finished step (the one ``verify`` and ``rollback`` act
+  on; zeros when none); ``tried`` ``(W, 7)``: per worker, its dispatches of the current step without and with
+  retrieval (each / 4), whether one of them abstained, whether it wrote the last finished step's result, and its
+  verdict on that result (ok / flagged / unsure), all since the plan was made;
 - ``action_mask`` ``(A,)``: 1 for legal actions.
 
 Text (task, plan, outputs) never enters the observation; it is available through ``render()``.
+
+:data:`FOCUS_KEYS` names the keys of the pointer-free view; :func:`observation_layout` tells from a saved space which
+layout it is.
 """
 
 from __future__ import annotations
@@ -59,6 +68,9 @@ W_TOPK = W_DOCS + 1
 W_CALLS, W_ABSTAINED, W_FLAGGED, W_CONFIRMED, W_VERIFIED = range(W_TOPK + 1, W_TOPK + 6)
 WORKER_FEATURES = W_TOPK + 6
 BUDGET_FEATURES = 5
+# ``tried`` columns (the pointer-free view)
+T_NO_RETRIEVAL, T_RETRIEVAL, T_ABSTAINED, T_PRODUCED, T_OK, T_FLAG, T_UNSURE = range(7)
+TRIED_FEATURES = 7
 TYPE_INDEX = {t: i for i, t in enumerate(SUBTASK_TYPES)}
 DOMAIN_INDEX = {d: i for i, d in enumerate(DOMAINS)}
 FAMILY_INDEX = {f: i for i, f in enumerate(FAMILIES)}
@@ -76,6 +88,10 @@ def observation_space(config: EDOConfig, n_actions: int) -> spaces.Dict:
     }
     if config.history_len > 0:
         d["history"] = spaces.Box(0.0, 1.0, (config.history_len, n_actions), np.float32)
+    if config.focus_view:
+        d["current"] = spaces.Box(0.0, 1.0, (SUBTASK_FEATURES,), np.float32)
+        d["last"] = spaces.Box(0.0, 1.0, (SUBTASK_FEATURES,), np.float32)
+        d["tried"] = spaces.Box(0.0, 1.0, (W, TRIED_FEATURES), np.float32)
     d["action_mask"] = spaces.Box(0.0, 1.0, (n_actions,), np.float32)
     return spaces.Dict(d)
 
@@ -108,6 +124,45 @@ ANCHOR_SUBTASK_COLUMNS: tuple[int, ...] = (
 )  # fmt: skip
 #: Columns of the plan vector that identify an orchestration state.
 ANCHOR_PLAN_COLUMNS: tuple[int, ...] = (P_LEN, P_CURRENT, P_ALL_DONE, P_REPLANS, P_FALLBACK, P_REPAIRED)
+
+
+#: The keys the pointer-free view adds (0.4.0).
+FOCUS_KEYS: tuple[str, ...] = ("current", "last", "tried")
+
+
+def observation_layout(space: spaces.Space) -> str:
+    """``"0.4"`` for an EDO observation space with the pointer-free view, ``"0.3"`` for one without (``focus_view=False``,
+    the layout of 0.3.0 and earlier), ``""`` for a space that is not an EDO observation space."""
+    if not is_edo_observation_space(space):
+        return ""
+    assert isinstance(space, spaces.Dict)
+    return "0.4" if set(FOCUS_KEYS) <= set(space.spaces) else "0.3"
+
+
+def space_mismatch(saved: spaces.Space, current: spaces.Space) -> str | None:
+    """``None`` when a policy built for the observation space ``saved`` reads observations of ``current``; else why
+    not, in words a user can act on (a model saved before the pointer-free view, an env made without it, keys or
+    shapes that differ)."""
+    if saved == current:
+        return None
+    old, new = observation_layout(saved), observation_layout(current)
+    keys = ", ".join(repr(k) for k in FOCUS_KEYS)
+    if old == "0.3" and new == "0.4":
+        return (
+            f"it was trained on an observation without the pointer-free view ({keys}), which EDO-Gym 0.3.0 added to "
+            "the default observation (see the Version History in edo_gym.envs.edo_env); retrain it, or run it on an "
+            "env made with focus_view=False"
+        )
+    if old == "0.4" and new == "0.3":
+        return f"it was trained with the pointer-free view ({keys}) and this env was made with focus_view=False; make it with focus_view=True"
+    if isinstance(saved, spaces.Dict) and isinstance(current, spaces.Dict):
+        a, b = saved.spaces, current.spaces
+        diff = [f"key {k!r} only in the model's space" for k in sorted(set(a) - set(b))]
+        diff += [f"key {k!r} only in the env's space" for k in sorted(set(b) - set(a))]
+        diff += [f"{k!r}: {a[k]} (model) vs {b[k]} (env)" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
+        if diff:
+            return "its observation space differs from the env's: " + "; ".join(diff)
+    return f"its observation space {saved} differs from the env's {current}"
 
 
 def is_edo_observation_space(space: spaces.Space) -> bool:

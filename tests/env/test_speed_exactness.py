@@ -1,6 +1,7 @@
 """The per-step speed-ups of ``EDOEnv`` are exact: memoised and incrementally kept state equals a recomputation.
 
-- every observation (subtask rows kept up to date row by row, worker cells updated with each count) equals the
+- every observation (subtask rows kept up to date row by row, worker cells updated with each count, the pointer-free
+  view kept with each dispatch, verdict and rollback) equals the
   straightforward full recomputation below, step after step, over seeded random trajectories with illegal actions, verifications, rollbacks, replans;
 - the simulator's memoised gold plans are never altered by the corruptions drawn from them: a backend that has
   answered many planner calls answers exactly as a fresh one;
@@ -100,8 +101,47 @@ def reference_observation(env: Any) -> dict[str, np.ndarray]:
         for k, a in enumerate(reversed(env.history)):
             hist[k, a] = 1.0
         obs["history"] = hist
+    if cfg.focus_view:
+        obs.update(reference_focus_view(env, sub))
     obs["action_mask"] = mask
     return obs
+
+
+def reference_focus_view(env: Any, sub: np.ndarray) -> dict[str, np.ndarray]:
+    """The pointer-free view recomputed from the episode's trace (dispatches, verdicts, rollbacks since the plan)."""
+    W = len(env.workers)
+    counts = producer = verdict_of = None
+    for entry in env.trace:
+        if entry[0] in ("plan", "replan"):
+            n = len(entry[1].steps)
+            counts, producer, verdict_of = np.zeros((n, W, 3)), [-1] * n, [{} for _ in range(n)]
+        elif entry[0] == "dispatch":
+            _, i, w, record = entry
+            counts[i, w, int(record.used_retrieval or bool(record.retrieval_error))] += 1
+            if not record.failed:
+                producer[i], verdict_of[i] = w, {}
+                if record.abstained:
+                    counts[i, w, 2] = 1
+        elif entry[0] == "verify" and not entry[1].failed:
+            verdict_of[entry[1].step][entry[1].worker] = entry[1].verdict
+        elif entry[0] == "rollback":
+            producer[entry[1]], verdict_of[entry[1]] = -1, {}
+    tried = np.zeros((W, O.TRIED_FEATURES), dtype=np.float32)
+    cur = env.current_step
+    current = sub[cur].copy() if cur >= 0 else np.zeros(O.SUBTASK_FEATURES, dtype=np.float32)
+    if cur >= 0:
+        tried[:, O.T_NO_RETRIEVAL] = np.minimum(counts[cur, :, 0] / 4.0, 1.0)
+        tried[:, O.T_RETRIEVAL] = np.minimum(counts[cur, :, 1] / 4.0, 1.0)
+        tried[:, O.T_ABSTAINED] = counts[cur, :, 2]
+    last = np.zeros(O.SUBTASK_FEATURES, dtype=np.float32)
+    if env.done_stack:
+        j = env.done_stack[-1]
+        last = sub[j].copy()
+        if producer[j] >= 0:
+            tried[producer[j], O.T_PRODUCED] = 1.0
+        for w, verdict in verdict_of[j].items():
+            tried[w, O.T_OK - 1 + _VERDICT_CODE[verdict]] = 1.0
+    return {"current": current, "last": last, "tried": tried}
 
 
 def _assert_same_obs(obs: dict[str, np.ndarray], ref: dict[str, np.ndarray], where: str) -> None:
@@ -113,8 +153,13 @@ def _assert_same_obs(obs: dict[str, np.ndarray], ref: dict[str, np.ndarray], whe
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"retrieval_decider": "worker", "history_len": 0}, {"enable_verify": False, "max_replans": 4}],
-    ids=["default", "worker-decides", "no-verify"],
+    [
+        {},
+        {"retrieval_decider": "worker", "history_len": 0},
+        {"enable_verify": False, "max_replans": 4},
+        {"focus_view": False},
+    ],
+    ids=["default", "worker-decides", "no-verify", "no-focus-view"],
 )
 def test_incremental_observation_equals_a_full_recomputation(kwargs: dict[str, Any]) -> None:
     env = gym.make("EDO-v0", **kwargs)
@@ -199,23 +244,29 @@ def _update(h: Any, x: Any) -> None:
 SEEDED_RUN_DIGEST = "bf9bb9f203ce88373c3c5d5fd2cc3e4bdf24db798a04c5c8a93bb49e883e0fb3"
 
 
+def _dynamics(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The observation without the pointer-free view: the digests were recorded before it, and it changes no
+    transition (``test_incremental_observation_equals_a_full_recomputation`` checks its values)."""
+    return {k: v for k, v in obs.items() if k not in O.FOCUS_KEYS}
+
+
 def _run_digest(env: Any, steps: int, rng_seed: int, reset_seed: int, skip: tuple[str, ...] = ()) -> str:
-    """Hash of observations, rewards, flags and ``info`` (but the ``skip`` keys) of a seeded run of random (mostly
-    legal) actions, resetting at episode ends with a fresh seed half of the time."""
+    """Hash of observations (without the pointer-free view), rewards, flags and ``info`` (but the ``skip`` keys) of a
+    seeded run of random (mostly legal) actions, resetting at episode ends with a fresh seed half of the time."""
     rng = np.random.default_rng(rng_seed)
     h = hashlib.sha256()
     obs, info = env.reset(seed=reset_seed)
-    _update(h, obs)
+    _update(h, _dynamics(obs))
     _update(h, info)
     for _ in range(steps):
         legal = np.flatnonzero(info["action_mask"])
         action = int(rng.integers(env.action_space.n)) if rng.random() < 0.05 else int(legal[rng.integers(len(legal))])
         obs, reward, terminated, truncated, info = env.step(action)
-        for x in (obs, reward, terminated, truncated, {k: v for k, v in info.items() if k not in skip}):
+        for x in (_dynamics(obs), reward, terminated, truncated, {k: v for k, v in info.items() if k not in skip}):
             _update(h, x)
         if terminated or truncated:
             obs, info = env.reset(seed=int(rng.integers(1 << 30)) if rng.random() < 0.5 else None)
-            _update(h, obs)
+            _update(h, _dynamics(obs))
             _update(h, info)
     return h.hexdigest()
 

@@ -78,9 +78,9 @@ class _Recorder(BaseCallback):
         h.update(repr(anchor_keys).encode())
 
 
-def _pinned_run(algo: str) -> dict[str, object]:
+def _pinned_run(algo: str, focus_view: bool = True) -> dict[str, object]:
     th.set_num_threads(1)
-    cfg = TrainConfig(algo=algo, **PINNED_CFG)
+    cfg = TrainConfig(algo=algo, env_kwargs={"focus_view": focus_view}, **PINNED_CFG)
     env = make_train_env(cfg)
     try:
         model = make_algo(cfg, env)
@@ -101,9 +101,10 @@ def _pinned_run(algo: str) -> dict[str, object]:
     }
 
 
-# computed in pure Python on the 0.3.0 dynamics (key-value grading; GiGPO's anchors from the observation); a change
-# that moves one of these digests says which trajectories move and why
-PINNED = {
+# computed in pure Python on the 0.3.0 dynamics (key-value grading; GiGPO's anchors from the observation) without the
+# pointer-free view (focus_view=False, the observation these were first recorded on); a change that moves one of these
+# digests says which trajectories move and why
+PINNED_NO_FOCUS = {
     "grpo": {
         "num_timesteps": 210,
         "steps": 210,
@@ -121,11 +122,37 @@ PINNED = {
 }
 
 
+# the same runs on the default observation (with the pointer-free view: a wider input layer, so other initial weights
+# and other decisions)
+PINNED = {
+    "grpo": {
+        "num_timesteps": 156,
+        "steps": 156,
+        "actions": "cdc3d9e01e093f2a",
+        "buffer": "828f444c3c1fd0ab",
+        "params": "39a5561ef01e7370",
+    },
+    "gigpo": {
+        "num_timesteps": 156,
+        "steps": 156,
+        "actions": "cdc3d9e01e093f2a",
+        "buffer": "a1bd020a98783863",
+        "params": "279650399e1ec8a0",
+    },
+}
+
+
 @pytest.mark.parametrize("algo", sorted(PINNED))
 def test_seeded_run_on_edo_matches_the_pinned_digests(algo):
     assert _pinned_run(algo) == PINNED[algo]
 
 
+@pytest.mark.parametrize("algo", sorted(PINNED_NO_FOCUS))
+def test_seeded_run_without_the_focus_view_matches_the_earlier_digests(algo):
+    assert _pinned_run(algo, focus_view=False) == PINNED_NO_FOCUS[algo]
+
+
 if __name__ == "__main__":  # print the digests (to pin them on a reference commit)
     for algo in sorted(PINNED):
-        print(algo, _pinned_run(algo))
+        print(algo, "default", _pinned_run(algo))
+        print(algo, "focus_view=False", _pinned_run(algo, focus_view=False))
