@@ -195,6 +195,11 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
                         group_success.setdefault(int(members[i][0]), []).append(float(stats["success"]))
             return True
 
+    if warm:  # the policy the warm start made, before any RL
+        t_warm = time.perf_counter()
+        res = evaluate_model(model, eval_env, task_ids, seed=EVAL_SEED, name=spec.algo)
+        clock["eval"] += time.perf_counter() - t_warm
+        warm["eval"] = {"success": res.success_rate, "return": res.mean_return}
     if spec.eval_at_start:
         evaluate()  # the untrained policy, at step 0
     eval_before = clock["eval"]

@@ -93,18 +93,24 @@ def evaluate_one(policy: str, backend: Any, args: argparse.Namespace, model_path
     kwargs: dict[str, Any] = {"info_text": policy == "llm_router"}
     if backend is not None:
         kwargs["backend"] = backend
+    model = None
+    if policy == "grpo":
+        from baselines.training import load_model
+        from edo_gym.envs.observation import observation_layout
+
+        model = load_model(model_path, "grpo")
+        # a policy trained on the observation without the pointer-free view runs on an env made without it (the same
+        # dynamics, so the same requests: a recording made with it replays)
+        if observation_layout(model.observation_space) == "0.3":
+            kwargs["focus_view"] = False
     env = CallLedger(make_eval_env(args.env, **kwargs))
     before = backend.counts if backend is not None else None
     router = None
     try:
         task_ids = heldout_task_ids(env, args.episodes)
         t0 = time.perf_counter()
-        if policy == "grpo":
-            from baselines.training import load_model
-
-            result: EvalResult = evaluate_model(
-                load_model(model_path, "grpo"), env, task_ids, seed=args.seed, name="grpo", progress=True
-            )
+        if model is not None:
+            result: EvalResult = evaluate_model(model, env, task_ids, seed=args.seed, name="grpo", progress=True)
         elif policy == "llm_router":
             from baselines.llm_router import LLMRouter
 

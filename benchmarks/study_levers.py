@@ -1,0 +1,181 @@
+"""Which levers make learned orchestration beat hand-written orchestration? One lever at a time, then together.
+
+Each point is a GRPO run (or any ``--algos``) on EDO-v0 with the same env-step budget, seeds and held-out tasks; the
+points differ by one lever from the one before:
+
+- ``flat``: the observation of EDO-Gym before the pointer-free view (``focus_view=False``), SB3's flattening
+  extractor, no warm start: where learning started;
+- ``view``: the pointer-free view (``current``, ``last``, ``tried``; the default observation);
+- ``view+table``: ... and :class:`baselines.extractors.EDOTableExtractor` (shared row encoders);
+- ``view+bc_rule_based``: the view, and a warm start by behaviour cloning on 2,000 recorded ``rule_based``
+  episodes (:mod:`baselines.experience`), then GRPO;
+- ``view+bc_oracle``: the same warm start on the oracle's episodes (a privileged teacher: it acts on hidden state,
+  the cloned policy sees only the observation);
+- ``view+bc_rule_based+dapo``: the rule_based warm start with DAPO's success filter and dynamic sampling;
+- ``view+bc_rule_based+table``: the rule_based warm start with the table extractor.
+
+Beside them, on the same held-out tasks and evaluation seed: the hand-written policies (static pipeline, rule_based),
+the policy right after behaviour cloning (the curve's first point) and the oracle (an upper bound). The summary
+says which lever gave what and whether the best learned point beats rule_based.
+
+Usage::
+
+    python benchmarks/study_levers.py             # full: 5 seeds x 300k steps, 200 held-out tasks
+    python benchmarks/study_levers.py --quick     # 2 seeds x 100k steps, 100 tasks
+    python benchmarks/study_levers.py --smoke     # plumbing only
+    python benchmarks/study_levers.py --levers view view+bc_rule_based --algos grpo maskable_ppo
+
+Results: ``benchmarks/results/study_levers.{json,md}``; one record per run under ``benchmarks/results/records/``
+(finished runs are skipped on a restart). JSON keys: ``settings``, ``levers`` (name -> ``description``,
+``overrides``, ``env_kwargs`` and per algo ``success``, ``return``, ``after_warm_start``), ``heuristics``,
+``best``, ``runs``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.summary import MISSING, fmt_stats, header, seed_stats  # noqa: E402
+
+NAME = "study_levers"
+
+#: lever -> (description, gym.make kwargs, TrainConfig overrides)
+LEVERS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "flat": ("observation without the pointer-free view, flattened; no warm start", {"focus_view": False}, {}),
+    "view": ("pointer-free view (the default observation)", {}, {}),
+    "view+table": ("pointer-free view, table extractor", {}, {"features_extractor": "table"}),
+    "view+bc_rule_based": ("pointer-free view, warm start on rule_based's episodes", {}, {"warm_start": "rule_based"}),
+    "view+bc_oracle": ("pointer-free view, warm start on the oracle's episodes", {}, {"warm_start": "oracle"}),
+    "view+bc_rule_based+dapo": (
+        "pointer-free view, warm start on rule_based, success filter and dynamic sampling",
+        {},
+        {"warm_start": "rule_based", "filter_on": "success", "dynamic_sampling": True},
+    ),
+    "view+bc_rule_based+table": (
+        "pointer-free view, warm start on rule_based, table extractor",
+        {},
+        {"warm_start": "rule_based", "features_extractor": "table"},
+    ),
+}
+
+#: the hand-written policies and the oracle evaluated beside the runs
+REFERENCE_POLICIES = ("static_pipeline", "rule_based", "oracle")
+
+
+def points(cfg: StudyConfig) -> dict[str, Point]:
+    out = {}
+    for lever in cfg.options.levers:
+        _, env_kwargs, overrides = LEVERS[lever]
+        out[lever] = Point(env_kwargs=dict(env_kwargs), train_overrides=dict(overrides))
+    return out
+
+
+def reference_rows(episodes: int) -> dict[str, dict[str, float]]:
+    """Success and return of :data:`REFERENCE_POLICIES` on the runs' held-out tasks and evaluation seed."""
+    from baselines.evaluation import evaluate_heuristic, make_eval_env
+    from baselines.heuristics import make_heuristic
+    from benchmarks.bench_lib import EVAL_SEED, eval_task_ids
+
+    env = make_eval_env("EDO-v0")
+    try:
+        ids = eval_task_ids(env, episodes)
+        rows = {}
+        for name in REFERENCE_POLICIES:
+            r = evaluate_heuristic(make_heuristic(name), env, ids, seed=EVAL_SEED)
+            rows[name] = {"success": r.success_rate, "return": r.mean_return, "uses_hidden_state": r.uses_hidden_state}
+    finally:
+        env.close()
+    return rows
+
+
+def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
+    b = cfg.budget
+    refs = reference_rows(b.eval_episodes)
+    levers: dict[str, dict[str, Any]] = {}
+    for lever in cfg.options.levers:
+        description, env_kwargs, overrides = LEVERS[lever]
+        entry: dict[str, Any] = {"description": description, "env_kwargs": env_kwargs, "overrides": overrides}
+        for algo in cfg.algos:
+            recs = runs.seeds(lever, algo)
+            entry[algo] = {
+                "success": seed_stats([r["final"]["success"] for r in recs]),
+                "return": seed_stats([r["final"]["return"] for r in recs]),
+                # the policy the warm start made, before RL
+                "after_warm_start": seed_stats([r["warm_start"]["eval"]["success"] for r in recs if r.get("warm_start")]),
+                "train_wall_s": float(np.median([r["wall_time_s"] for r in recs])) if recs else None,
+            }
+        levers[lever] = entry
+    lines = header(
+        "Levers of learned orchestration on EDO-v0",
+        cfg.command,
+        cfg.tier,
+        f"{b.timesteps:,} env steps per run, seeds {list(b.seeds)}, {b.eval_episodes} held-out tasks, "
+        f"algorithms {list(cfg.algos)}; success and return: mean over seeds (95% interval)",
+    )
+    lines += ["", "| lever | algo | held-out success | return | success before RL | train s (median) |", "|---|---|---|---|---|---|"]
+    best: dict[str, Any] | None = None
+    for lever, entry in levers.items():
+        for algo in cfg.algos:
+            fig = entry[algo]
+            if fig["success"] is None:
+                lines.append(f"| {lever} | {algo} | {MISSING} | | | |")
+                continue
+            before = fmt_stats(fig["after_warm_start"]) if fig["after_warm_start"] else "-"
+            lines.append(
+                f"| {lever} | {algo} | {fmt_stats(fig['success'])} | {fmt_stats(fig['return'])} | {before} "
+                f"| {fig['train_wall_s']:.0f} |"
+            )
+            if best is None or fig["success"]["mean"] > best["success"]:
+                best = {"lever": lever, "algo": algo, "success": fig["success"]["mean"], "return": fig["return"]["mean"]}
+    lines += ["", "Reference policies on the same tasks and evaluation seed:", ""]
+    lines += ["| policy | success | return |", "|---|---|---|"]
+    for name, row in refs.items():
+        note = " (reads hidden state: an upper bound)" if row["uses_hidden_state"] else ""
+        lines.append(f"| {name}{note} | {row['success']:.3f} | {row['return']:+.3f} |")
+    if best is not None:
+        rb = refs["rule_based"]
+        best["beats_rule_based_success_by"] = best["success"] - rb["success"]
+        best["beats_rule_based_return_by"] = best["return"] - rb["return"]
+        lines += [
+            "",
+            "## What this shows",
+            "",
+            f"Best point: {best['lever']} ({best['algo']}) at {best['success']:.3f} success and {best['return']:+.3f} return, "
+            f"{best['beats_rule_based_success_by']:+.3f} success and {best['beats_rule_based_return_by']:+.3f} return "
+            f"against rule_based ({len(b.seeds)} seed(s)).",
+        ]
+    settings = {**cfg.settings(), "levers": list(cfg.options.levers), "out_dir": str(cfg.out_dir)}
+    payload = {"settings": settings, "levers": levers, "heuristics": refs, "best": best, "runs": runs.by_key()}
+    return payload, "\n".join(lines)
+
+
+STUDY = Study(
+    name=NAME,
+    doc=__doc__,
+    budgets=Tiered(
+        full=Budget(300_000, (0, 1, 2, 3, 4), 200), quick=Budget(100_000, (0, 1), 100), smoke=Budget(600, (0,), 4)
+    ),
+    algos=Tiered(full=("grpo",), quick=("grpo",), smoke=("grpo",)),
+    options=(
+        Option(
+            "--levers",
+            Tiered(full=list(LEVERS), quick=list(LEVERS), smoke=["flat", "view+bc_rule_based"]),
+            "levers to run",
+            nargs="+",
+            choices=list(LEVERS),
+        ),
+    ),
+    points=points,
+    summarise=summarise,
+)
+main = STUDY.main
+
+if __name__ == "__main__":
+    sys.exit(main())
