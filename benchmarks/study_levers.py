@@ -119,7 +119,11 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
         f"{b.timesteps:,} env steps per run, seeds {list(b.seeds)}, {b.eval_episodes} held-out tasks, "
         f"algorithms {list(cfg.algos)}; success and return: mean over seeds (95% interval)",
     )
-    lines += ["", "| lever | algo | held-out success | return | success before RL | train s (median) |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| lever | algo | held-out success | return | success before RL | train s (median) |",
+        "|---|---|---|---|---|---|",
+    ]
     best: dict[str, Any] | None = None
     for lever, entry in levers.items():
         for algo in cfg.algos:
@@ -159,9 +163,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
 STUDY = Study(
     name=NAME,
     doc=__doc__,
-    budgets=Tiered(
-        full=Budget(300_000, (0, 1, 2, 3, 4), 200), quick=Budget(100_000, (0, 1), 100), smoke=Budget(600, (0,), 4)
-    ),
+    budgets=Tiered(full=Budget(300_000, (0, 1, 2, 3, 4), 200), quick=Budget(100_000, (0, 1), 100), smoke=Budget(600, (0,), 4)),
     algos=Tiered(full=("grpo",), quick=("grpo",), smoke=("grpo",)),
     options=(
         Option(

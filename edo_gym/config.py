@@ -463,6 +463,9 @@ class EDOConfig:
     #: rows at fixed keys (``current``, ``last``) and, per worker, what it did on them (``tried``). ``False`` gives the
     #: 0.3.0 observation space (for models saved before 0.4.0).
     focus_view: bool = True
+    #: Add what an orchestrator computes from the task and plan text it reads (``step_text``, ``plan_text``; see
+    #: :func:`edo_gym.envs.observation.plan_text_features`). Off by default: it changes the observation space.
+    text_features: bool = False
     #: Put ``info["text"]``: the state as an LLM orchestrator's prompt (task, plan as written, results, budget, legal
     #: actions; no hidden state). Off by default: building it costs time on every step.
     info_text: bool = False
@@ -511,6 +514,7 @@ class EDOConfig:
         _check_int(owner, "history_len", self.history_len, 0, 64)
         _check_type(owner, "info_text", self.info_text, bool)
         _check_type(owner, "focus_view", self.focus_view, bool)
+        _check_type(owner, "text_features", self.text_features, bool)
         _check_int(owner, "backend_retries", self.backend_retries, 0, 10)
         _check_float(owner, "backend_backoff_s", self.backend_backoff_s, 0.0, 600.0)
         _check_float(owner, "backend_timeout_s", self.backend_timeout_s, 0.0, 3600.0, low_open=True)

@@ -138,6 +138,15 @@ def _plan_tables(
     return deps, dependents, sub, holes, fresh
 
 
+@functools.lru_cache(maxsize=20_000)
+def _text_features(task_text: str, instructions: tuple[str, ...], max_subtasks: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~edo_gym.envs.observation.plan_text_features`, memoised (read-only arrays)."""
+    step, plan = O.plan_text_features(task_text, instructions, max_subtasks)
+    step.setflags(write=False)
+    plan.setflags(write=False)
+    return step, plan
+
+
 #: ``_plan_tables`` by the identity of a steps tuple, which is kept alive as the entry's first item (so its ``id`` is not
 #: reused while the entry lives): ``parse_plan`` returns the same tuple for the same reply, and this skips hashing its
 #: steps (a generated dataclass ``__hash__`` per step) for the lru cache. Cleared when it reaches ``_TABLES_BY_ID_SIZE``.
@@ -227,6 +236,7 @@ class EDOEnv(gym.Env):
         self._max_subtasks = cfg.max_subtasks
         self._history_len = cfg.history_len
         self._focus_view = cfg.focus_view
+        self._text_features = cfg.text_features
         self._enable_verify = cfg.enable_verify
         self._replan_limit = cfg.max_replans if cfg.enable_replan else 0  # replan is legal while replans < this
         self._replan_scale = max(1, cfg.max_replans)
@@ -463,6 +473,10 @@ class EDOEnv(gym.Env):
         head[O.P_FALLBACK] = float(plan.source == "fallback")
         head[O.P_REPAIRED] = float(plan.source == "repaired")
         self._plan_static = head
+        if self._text_features:
+            self._step_text, self._plan_text = _text_features(
+                self.task.text, tuple([s.instruction for s in plan.steps]), self._max_subtasks
+            )
 
     @property
     def current_step(self) -> int:
@@ -872,6 +886,9 @@ class EDOEnv(gym.Env):
         }
         if self._hist_obs is not None:
             obs["history"] = self._hist_obs.copy()
+        if self._text_features:
+            obs["step_text"] = self._step_text.copy()
+            obs["plan_text"] = self._plan_text.copy()
         if self._focus_view:
             self._focus(obs, sub, cur, done_stack)
         obs["action_mask"] = mask.copy()

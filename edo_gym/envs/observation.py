@@ -22,6 +22,11 @@ embedding dims):
 - ``budget`` ``(5,)``: tokens / token budget, calls / step limit, latency / latency budget, steps / step limit,
   illegal actions / step limit (each clipped to 1);
 - ``history`` ``(H, A)``: one-hot of the last ``H`` actions (omitted when ``H = 0``);
+- with ``EDOConfig.text_features`` (off by default), what an orchestrator computes from the text it reads (the task
+  and the plan as written; :func:`plan_text_features`): ``step_text`` ``(S, 2)``, per plan step the share of the
+  names and identifiers its instruction mentions that the task text does not, and the share of its longer words
+  that the task text does not contain; ``plan_text`` ``(2,)``, the share of the task's names and identifiers that no
+  step mentions, and the same for its longer words;
 - the pointer-free view (``EDOConfig.focus_view``, on by default since 0.4.0), the same facts at fixed positions so
   that a network need not find the marked row: ``current`` ``(25,)``, the row of the step a dispatch would run (zeros
   when all are done); ``last`` ``(25,)``, the row of the last finished step (the one ``verify`` and ``rollback`` act
@@ -37,6 +42,8 @@ layout it is.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 from gymnasium import spaces
@@ -88,6 +95,9 @@ def observation_space(config: EDOConfig, n_actions: int) -> spaces.Dict:
     }
     if config.history_len > 0:
         d["history"] = spaces.Box(0.0, 1.0, (config.history_len, n_actions), np.float32)
+    if config.text_features:
+        d["step_text"] = spaces.Box(0.0, 1.0, (S, 2), np.float32)
+        d["plan_text"] = spaces.Box(0.0, 1.0, (2,), np.float32)
     if config.focus_view:
         d["current"] = spaces.Box(0.0, 1.0, (SUBTASK_FEATURES,), np.float32)
         d["last"] = spaces.Box(0.0, 1.0, (SUBTASK_FEATURES,), np.float32)
@@ -124,6 +134,51 @@ ANCHOR_SUBTASK_COLUMNS: tuple[int, ...] = (
 )  # fmt: skip
 #: Columns of the plan vector that identify an orchestration state.
 ANCHOR_PLAN_COLUMNS: tuple[int, ...] = (P_LEN, P_CURRENT, P_ALL_DONE, P_REPLANS, P_FALLBACK, P_REPAIRED)
+
+
+_WORD = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:]\s+|['\"]\s*)$")
+
+
+def _names_and_words(text: str) -> tuple[set[str], set[str]]:
+    """Names and identifiers of ``text`` (tokens with a digit, or capitalised ones not opening a sentence or a quote),
+    and its longer words (4+ letters), all in lower case; ``{k}`` placeholders are not words."""
+    text = re.sub(r"\{\d+\}", " ", text)
+    names, words = set(), set()
+    for m in _WORD.finditer(text):
+        token = m.group(0)
+        low = token.lower()
+        if len(low) >= 4:
+            words.add(low)
+        if any(c.isdigit() for c in token) or (
+            len(token) > 1 and token[0].isupper() and not _SENTENCE_START.search(text[: m.start()])
+        ):
+            names.add(low)
+    return names, words
+
+
+def plan_text_features(task_text: str, instructions: tuple[str, ...], max_subtasks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``step_text`` ``(max_subtasks, 2)`` and ``plan_text`` ``(2,)`` observation entries (see the module
+    docstring): how far each plan step's words stray from the task text, and how much of the task no step mentions.
+    A function of the two texts only, as an orchestrator reading them could compute it."""
+    task_names, task_words = _names_and_words(task_text)
+    step = np.zeros((max_subtasks, 2), dtype=np.float32)
+    plan_names: set[str] = set()
+    plan_words: set[str] = set()
+    for i, instruction in enumerate(instructions[:max_subtasks]):
+        names, words = _names_and_words(instruction)
+        plan_names |= names
+        plan_words |= words
+        if names:
+            step[i, 0] = len(names - task_names) / len(names)
+        if words:
+            step[i, 1] = len(words - task_words) / len(words)
+    plan = np.zeros(2, dtype=np.float32)
+    if task_names:
+        plan[0] = len(task_names - plan_names) / len(task_names)
+    if task_words:
+        plan[1] = len(task_words - plan_words) / len(task_words)
+    return step, plan
 
 
 #: The keys the pointer-free view adds (0.4.0).
