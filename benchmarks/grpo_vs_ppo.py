@@ -53,12 +53,49 @@ TARGETS = {"params_ratio_max": 0.55, "success_gap_max": 0.02, "time_to_target_ra
 def heuristic_reference(env_id: str, episodes: int) -> list[dict[str, Any]]:
     from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env
     from baselines.heuristics import HEURISTICS, make_heuristic
+    from baselines.probes import PROBES, TEXT_PROBES
 
     env = make_eval_env(env_id)
     ids = heldout_task_ids(env, episodes)
     out = [evaluate_heuristic(make_heuristic(name), env, ids, seed=EVAL_SEED).as_dict() for name in HEURISTICS]
+    # the validity benchmark's other hand-written observation-only policies, on the same tasks
+    out += [
+        {**evaluate_heuristic(cls(), env, ids, seed=EVAL_SEED).as_dict(), "probe": True}
+        for name, cls in PROBES.items()
+        if name not in HEURISTICS
+    ]
     env.close()
+    text_env = make_eval_env(env_id, info_text=True)
+    out += [
+        {**evaluate_heuristic(cls(), text_env, ids, seed=EVAL_SEED).as_dict(), "probe": True, "reads_text": True}
+        for cls in TEXT_PROBES.values()
+    ]
+    text_env.close()
     return out
+
+
+def best_learned_vs_best_hand_written(
+    summary: dict[str, Any], heuristics: list[dict[str, Any]], reads_text: bool = False
+) -> dict[str, Any] | None:
+    """The learned algorithm with the highest mean final success against the hand-written observation-only policy
+    with the highest success on the same tasks: of those reading the numeric observation (``reads_text=False``) or
+    of those also reading ``info["text"]``."""
+    hand = [h for h in heuristics if not h["uses_hidden_state"] and bool(h.get("reads_text")) == reads_text]
+    learned = {a: summary[a] for a in ALGOS if a in summary}
+    if not hand or not learned:
+        return None
+    best = max(learned, key=lambda a: learned[a]["final_success_mean"])
+    top = max(hand, key=lambda h: (h["success_rate"], h["mean_return"]))
+    return {
+        "algo": best,
+        "success": learned[best]["final_success_mean"],
+        "return": learned[best]["final_return_mean"],
+        "hand_written": top["policy"],
+        "hand_written_success": top["success_rate"],
+        "hand_written_return": top["mean_return"],
+        "success_gap": learned[best]["final_success_mean"] - top["success_rate"],
+        "return_gap": learned[best]["final_return_mean"] - top["mean_return"],
+    }
 
 
 def update_time_per_sample_epoch(record: dict[str, Any]) -> float | None:
@@ -202,11 +239,22 @@ def markdown(summary: dict[str, Any], heuristics: list[dict[str, Any]], settings
             f"Best learned policy: {best['algo']} at {best['success']:.3f} success, rule_based {best['rule_based_success']:.3f} "
             f"(gap {best['gap']:+.3f}; target >= +{best['target_gap']:.2f}: {'met' if best['met'] else 'NOT met'}).",
         ]
-    lines += ["", "Heuristic policies on the same task set:", "", "| policy | success | return | tokens | calls | latency s |"]
+    for key, what in (("best_learned_vs_best_hand_written", "numeric"), ("best_learned_vs_best_text_reading", "text-reading")):
+        b = summary.get(key)
+        if b is not None:
+            lines.append(
+                f"Against the best {what} hand-written policy ({b['hand_written']}, {b['hand_written_success']:.3f} success, "
+                f"{b['hand_written_return']:+.3f} return): {b['algo']} {b['success_gap']:+.3f} success, "
+                f"{b['return_gap']:+.3f} return."
+            )
+    lines += ["", "Hand-written policies on the same task set (probes: the validity benchmark's short policies; text: reads "
+              "`info[\"text\"]`):", "", "| policy | success | return | tokens | calls | latency s |"]  # fmt: skip
     lines.append("|---|---|---|---|---|---|")
     for h in heuristics:
+        tag = " (probe, text)" if h.get("reads_text") else " (probe)" if h.get("probe") else ""
         lines.append(
-            f"| {h['policy']} | {h['success_rate']:.3f} | {h['mean_return']:+.3f} | {h['tokens']:.0f} | {h['calls']:.1f} | {h['latency_s']:.1f} |"
+            f"| {h['policy']}{tag} | {h['success_rate']:.3f} | {h['mean_return']:+.3f} | {h['tokens']:.0f} | {h['calls']:.1f} "
+            f"| {h['latency_s']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -300,6 +348,8 @@ def summarise_study(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str
     heuristics = heuristic_reference(cfg.options.env, cfg.budget.eval_episodes)
     summary = summarise(by_algo)
     summary["best_learned_vs_rule_based"] = best_learned_vs_rule_based(summary, heuristics)
+    summary["best_learned_vs_best_hand_written"] = best_learned_vs_best_hand_written(summary, heuristics)
+    summary["best_learned_vs_best_text_reading"] = best_learned_vs_best_hand_written(summary, heuristics, reads_text=True)
     settings = {"command": cfg.command, "mode": cfg.tier, "seeds": list(cfg.budget.seeds), "timesteps": cfg.budget.timesteps,
                 "eval_every": eval_every_of(cfg), "eval_episodes": cfg.budget.eval_episodes, "net_arch": net_arch_of(cfg),
                 "algos": list(cfg.algos), "env": cfg.options.env, "ent_coef_by_algo": tuned_ent_coefs(cfg) or None}  # fmt: skip

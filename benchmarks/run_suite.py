@@ -57,11 +57,12 @@ from benchmarks.study import (  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: Scripts in the order they are summarised (study_schools last: it reads grpo_vs_ppo.json).
-SCRIPTS = ("grpo_vs_ppo", "study_horizon", "study_transfer", "study_planner", "study_retriever", "study_grpo_variants",
-           "study_ppo_tuning", "study_schools")  # fmt: skip
+SCRIPTS = ("grpo_vs_ppo", "study_levers", "study_horizon", "study_transfer", "study_planner", "study_retriever",
+           "study_grpo_variants", "study_ppo_tuning", "study_schools")  # fmt: skip
 #: Top-level keys of each script's JSON result (besides COMMON_KEYS).
 RESULT_KEYS = {
     "grpo_vs_ppo": ("settings", "summary", "heuristics", "runs", "completeness"),
+    "study_levers": ("settings", "levers", "heuristics", "best", "runs", "completeness"),
     "study_horizon": ("settings", "results", "gap_grpo_minus_ppo", "conclusion", "runs", "completeness"),
     "study_transfer": ("settings", "matrix", "heuristics", "transfer_gap", "conclusion", "runs", "completeness"),
     "study_planner": ("settings", "results", "replan_benefit", "conclusion", "runs", "completeness"),

@@ -26,7 +26,8 @@ Everything else is shared, here:
   the study's own options override them.
 - **One result file per run**: ``<out-dir>/records/<study>/<point>-<algo>-s<seed>.json``, written atomically when
   the run finishes. A restart skips every run whose file exists for the same ``RunSpec`` (a file written for
-  another spec, e.g. another budget, is stale and the run is redone), so a long suite can be stopped at any
+  another spec, e.g. another budget, or under another env version or other ``TrainConfig`` defaults
+  (:func:`run_context`) is stale and the run is redone), so a long suite can be stopped at any
   time and continued later -- in another session, on another machine -- and finished runs can be committed as
   they come.
 - **Partial summaries**: the study's ``summarise`` gets the records that exist; the runner adds
@@ -382,12 +383,29 @@ class RunStore:
             return None
         if stored.get("spec") != json.loads(json.dumps(asdict(run.spec))):
             return None
+        if stored.get("context") != run_context():
+            return None  # another env version or other training defaults: the same spec meant another run
         return stored["record"]
 
     def save(self, run: PlannedRun, record: dict[str, Any], provenance: dict[str, Any]) -> Path:
         path = self.path(run.key)
-        write_json_atomic(path, {"key": run.key, "spec": asdict(run.spec), "provenance": provenance, "record": record})
+        write_json_atomic(
+            path,
+            {"key": run.key, "spec": asdict(run.spec), "context": run_context(), "provenance": provenance, "record": record},
+        )
         return path
+
+
+def run_context() -> dict[str, Any]:
+    """What a run depends on besides its spec: the env's version (its dynamics and observation) and the defaults of
+    ``TrainConfig`` that the spec does not override. A record written under another context is stale."""
+    from baselines.training import TrainConfig
+    from edo_gym.envs.edo_env import ENV_VERSION
+
+    defaults = TrainConfig().as_dict()
+    for volatile in ("progress_bar", "verbose", "output_dir", "tensorboard_log"):
+        defaults.pop(volatile, None)
+    return json.loads(json.dumps({"edo_gym_version": ENV_VERSION, "train_defaults": defaults}))
 
 
 # -- the driver ----------------------------------------------------------------------------------------------------

@@ -4,15 +4,16 @@ Each point is a GRPO run (or any ``--algos``) on EDO-v0 with the same env-step b
 points differ by one lever from the one before:
 
 - ``flat``: the observation of EDO-Gym before the pointer-free view (``focus_view=False``), SB3's flattening
-  extractor, no warm start: where learning started;
+  extractor, no warm start, learning rate 5e-4: where learning started;
 - ``view``: the pointer-free view (``current``, ``last``, ``tried``; the default observation);
 - ``view+table``: ... and :class:`baselines.extractors.EDOTableExtractor` (shared row encoders);
-- ``view+bc_rule_based``: the view, and a warm start by behaviour cloning on 2,000 recorded ``rule_based``
-  episodes (:mod:`baselines.experience`), then GRPO;
-- ``view+bc_oracle``: the same warm start on the oracle's episodes (a privileged teacher: it acts on hidden state,
-  the cloned policy sees only the observation);
-- ``view+bc_rule_based+dapo``: the rule_based warm start with DAPO's success filter and dynamic sampling;
-- ``view+bc_rule_based+table``: the rule_based warm start with the table extractor.
+- ``view+bc_rule_based_lr5e-4``: the view, and a warm start by behaviour cloning on 2,000 recorded ``rule_based``
+  episodes (:mod:`baselines.experience`), then GRPO at 5e-4;
+- ``view+bc_rule_based``: the same at 1e-4 (``make train``'s default);
+- ``view+bc_oracle``: the warm start on the oracle's episodes (a privileged teacher: it acts on hidden state, the
+  cloned policy sees only the observation);
+- ``view+bc_rule_based+dapo``, ``+table``, ``+text``: the default with DAPO's success filter and dynamic sampling,
+  with the table extractor, with the text features (``text_features=True``).
 
 Beside them, on the same held-out tasks and evaluation seed: the hand-written policies (static pipeline, rule_based),
 the policy right after behaviour cloning (the curve's first point) and the oracle (an upper bound). The summary
@@ -46,23 +47,36 @@ from benchmarks.summary import MISSING, fmt_stats, header, seed_stats  # noqa: E
 
 NAME = "study_levers"
 
-#: lever -> (description, gym.make kwargs, TrainConfig overrides)
+#: lever -> (description, gym.make kwargs, TrainConfig overrides). Every setting is spelled out, so that a change of
+#: ``TrainConfig``'s defaults does not change a lever.
+SCRATCH = {"warm_start": None, "learning_rate": 5e-4}
+WARM = {"warm_start": "rule_based", "learning_rate": 1e-4}
 LEVERS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "flat": ("observation without the pointer-free view, flattened; no warm start", {"focus_view": False}, {}),
-    "view": ("pointer-free view (the default observation)", {}, {}),
-    "view+table": ("pointer-free view, table extractor", {}, {"features_extractor": "table"}),
-    "view+bc_rule_based": ("pointer-free view, warm start on rule_based's episodes", {}, {"warm_start": "rule_based"}),
-    "view+bc_oracle": ("pointer-free view, warm start on the oracle's episodes", {}, {"warm_start": "oracle"}),
+    "flat": ("no pointer-free view, from scratch, lr 5e-4", {"focus_view": False}, dict(SCRATCH)),
+    "view": ("pointer-free view, from scratch, lr 5e-4", {}, dict(SCRATCH)),
+    "view+table": (
+        "pointer-free view, table extractor, from scratch, lr 5e-4",
+        {},
+        {**SCRATCH, "features_extractor": "table"},
+    ),
+    "view+bc_rule_based_lr5e-4": (
+        "pointer-free view, warm start on rule_based's episodes, lr 5e-4",
+        {},
+        {"warm_start": "rule_based", "learning_rate": 5e-4},
+    ),
+    "view+bc_rule_based": ("pointer-free view, warm start on rule_based's episodes, lr 1e-4 (the default)", {}, dict(WARM)),
+    "view+bc_oracle": (
+        "pointer-free view, warm start on the oracle's episodes, lr 1e-4",
+        {},
+        {"warm_start": "oracle", "learning_rate": 1e-4},
+    ),
     "view+bc_rule_based+dapo": (
-        "pointer-free view, warm start on rule_based, success filter and dynamic sampling",
+        "the default, with the success filter and dynamic sampling",
         {},
-        {"warm_start": "rule_based", "filter_on": "success", "dynamic_sampling": True},
+        {**WARM, "filter_on": "success", "dynamic_sampling": True},
     ),
-    "view+bc_rule_based+table": (
-        "pointer-free view, warm start on rule_based, table extractor",
-        {},
-        {"warm_start": "rule_based", "features_extractor": "table"},
-    ),
+    "view+bc_rule_based+table": ("the default, with the table extractor", {}, {**WARM, "features_extractor": "table"}),
+    "view+bc_rule_based+text": ("the default, with the text features", {"text_features": True}, dict(WARM)),
 }
 
 #: the hand-written policies and the oracle evaluated beside the runs

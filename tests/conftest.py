@@ -3,6 +3,7 @@
 At import time (before any test module imports ``edo_gym``):
 
 - ``HF_HUB_OFFLINE=1``: nothing is ever downloaded;
+- ``MINARI_DATASETS_PATH``: when the user has not set it, ``<repo>/.pytest_cache/minari`` (the warm start's datasets);
 - ``EDO_GYM_CACHE_DIR``: when the user has not set it, the embedding cache goes to
   ``<repo>/.pytest_cache/edo_embeddings`` (ignored by git). It is an environment variable, so subprocesses
   started by the tests inherit it, and a rerun of the suite finds the cache warm. Tests that need a cold or
@@ -27,6 +28,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if not os.environ.get("EDO_GYM_CACHE_DIR"):
     os.environ["EDO_GYM_CACHE_DIR"] = str(REPO_ROOT / ".pytest_cache" / "edo_embeddings")
+# the warm start's Minari datasets (``TrainConfig.warm_start``) stay in the checkout, never in ~/.minari
+if not os.environ.get("MINARI_DATASETS_PATH"):
+    os.environ["MINARI_DATASETS_PATH"] = str(REPO_ROOT / ".pytest_cache" / "minari")
 
 #: The smallest world ``WorldConfig`` accepts and a 10-task pool: a cold embedding cache for it builds in seconds.
 SMALL_WORLD_KWARGS: dict[str, Any] = {

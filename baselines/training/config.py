@@ -43,7 +43,9 @@ class TrainConfig:
     n_envs: int = 16
     #: Hidden layer sizes of the actor (and, for PPO, of the critic too).
     net_arch: list[int] = field(default_factory=lambda: [128, 128])
-    learning_rate: float = 5e-4
+    #: Adam step size of the RL run: 1e-4 fine-tunes the warm-started policy without undoing it (5e-4 left GRPO below
+    #: the cloned policy; benchmarks/study_levers.py).
+    learning_rate: float = 1e-4
     ent_coef: float = 0.01
     #: Minibatch size in steps; ``None`` (GRPO only) = the whole rollout as one minibatch.
     batch_size: int | None = 512
@@ -80,7 +82,7 @@ class TrainConfig:
     #: Pre-train the policy by behaviour cloning before the RL run: a hand-written policy's name (``HEURISTICS``; its
     #: ``warm_start_episodes`` episodes on the training split are recorded as a Minari dataset, reused while it
     #: matches) or a local Minari dataset id (``namespace/name-vN``, from ``edo record-dataset``). ``None``: no warm start.
-    warm_start: str | None = None
+    warm_start: str | None = "rule_based"
     warm_start_episodes: int = 2000
     #: Behaviour-cloning passes over the dataset, minibatch size and Adam step size.
     bc_epochs: int = 20

@@ -184,6 +184,22 @@ def test_record_written_for_another_spec_is_stale_and_rerun(tmp_path):
     assert again == ["a-grpo-s0"]
 
 
+def test_record_written_under_other_defaults_or_env_version_is_stale(tmp_path):
+    run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor([]))
+    path = tmp_path / "records" / "toy" / "a-grpo-s0.json"
+    stored = json.loads(path.read_text())
+    assert stored["context"]["edo_gym_version"] and "warm_start" in stored["context"]["train_defaults"]
+    stored["context"]["train_defaults"]["learning_rate"] = 123.0  # written when TrainConfig had another default
+    path.write_text(json.dumps(stored))
+    older = tmp_path / "records" / "toy" / "b-ppo-s1.json"
+    stored = json.loads(older.read_text())
+    del stored["context"]  # written before records carried their context
+    older.write_text(json.dumps(stored))
+    rerun: list[str] = []
+    run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor(rerun))
+    assert rerun == ["a-grpo-s0", "b-ppo-s1"]
+
+
 def test_partial_suite_is_summarised_and_names_its_missing_runs(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor([], stop_after=3))
@@ -360,6 +376,20 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     assert (tmp_path / "study_horizon.png").is_file()
     proc = run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
     assert "2 finished before, 0 to run" in proc.stdout
+
+
+def test_study_levers_smoke_warm_started_run(tmp_path):
+    """~30 s: one warm-started run, its record (with the warm start and the policy it made) and the summary."""
+    run_script(["benchmarks/study_levers.py", "--smoke", "--levers", "view+bc_rule_based", "--out-dir", str(tmp_path)])
+    data = check_result(tmp_path, "study_levers")
+    lever = data["levers"]["view+bc_rule_based"]
+    assert lever["overrides"] == {"warm_start": "rule_based", "learning_rate": 1e-4}
+    assert 0.0 <= lever["grpo"]["success"]["mean"] <= 1.0 and lever["grpo"]["after_warm_start"] is not None
+    assert set(data["heuristics"]) == {"static_pipeline", "rule_based", "oracle"}
+    assert data["best"]["lever"] == "view+bc_rule_based"
+    (run,) = data["runs"].values()
+    assert run["warm_start"]["steps"] > 0 and run["warm_start"]["source"] == "rule_based"
+    assert 0.0 <= run["warm_start"]["eval"]["success"] <= 1.0
 
 
 @pytest.mark.slow  # ~20-60 s on 2 cores: kept out of the fast suite (`make test-all` runs it)

@@ -30,6 +30,7 @@ PINNED_CFG = dict(
     batch_size=64,
     n_epochs=2,
     net_arch=[32, 32],
+    learning_rate=5e-4,  # the default when these were pinned
     progress_bar=False,
     eval_episodes=0,
 )
