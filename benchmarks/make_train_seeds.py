@@ -73,7 +73,8 @@ def load_runs(out_dir: Path) -> list[dict[str, Any]]:
             raise SystemExit(f"{path} has no grpo row in its results (an evaluation with 0 episodes?)")
         config = data["config"]
         runs.append({"file": path.name, "seed": config["seed"], "update_threads": config.get("update_threads") or 1,
-                     "grpo": rows["grpo"], "static": rows.get("static_pipeline"), "steps": data["num_timesteps"],
+                     "grpo": rows["grpo"], "static": rows.get("static_pipeline"), "rule_based": rows.get("rule_based"),
+                     "steps": data["num_timesteps"],
                      "train_wall_s": data["train_wall_s"], "date_utc": data.get("date_utc", "?")})  # fmt: skip
     return sorted(runs, key=lambda r: (r["seed"], r["update_threads"]))
 
@@ -95,14 +96,21 @@ def markdown(runs: list[dict[str, Any]], command: str) -> str:
         lines.append(f"| {r['seed']} | {r['update_threads']} | {g['success_rate']:.3f} ({g['success_ci95'][0]:.2f}-"
                      f"{g['success_ci95'][1]:.2f}) | {g['mean_return']:+.3f} | {g['tokens']:.0f} | {r['steps']:,} | "
                      f"{r['train_wall_s']:.1f} |")  # fmt: skip
-    lines += ["", "| update threads | runs | median GRPO success | mean | range |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| update threads | runs | median GRPO success | mean | range | median GRPO return |",
+        "|---|---|---|---|---|---|",
+    ]
     for n in sorted({r["update_threads"] for r in runs}):
         values = [r["grpo"]["success_rate"] for r in runs if r["update_threads"] == n]
+        returns = [r["grpo"]["mean_return"] for r in runs if r["update_threads"] == n]
         lines.append(f"| {n} | {len(values)} | {statistics.median(values):.3f} | {statistics.mean(values):.3f} | "
-                     f"{min(values):.3f}-{max(values):.3f} |")  # fmt: skip
-    static = {r["static"]["success_rate"] for r in runs if r["static"]}
-    if static:
-        lines += ["", f"The static pipeline's success on the same tasks: {', '.join(f'{v:.3f}' for v in sorted(static))}."]
+                     f"{min(values):.3f}-{max(values):.3f} | {statistics.median(returns):+.3f} |")  # fmt: skip
+    for key, name in (("static", "static pipeline"), ("rule_based", "rule_based policy")):
+        rows = {(r[key]["success_rate"], r[key]["mean_return"]) for r in runs if r.get(key)}
+        if rows:
+            figures = ", ".join(f"{s:.3f} success and {m:+.3f} return" for s, m in sorted(rows))
+            lines += ["", f"The {name} on the same tasks: {figures}."]
     return "\n".join(lines)
 
 
