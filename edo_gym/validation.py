@@ -37,6 +37,11 @@ def verdict_mask(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     masks["subtasks"][:, [O.C_OK, O.C_FLAG, O.C_UNSURE, O.C_NVERIFY]] = True
     masks["plan"][[O.P_LAST_OK, O.P_LAST_FLAG, O.P_LAST_UNSURE]] = True
     masks["workers"][:, [O.W_FLAGGED, O.W_CONFIRMED, O.W_VERIFIED]] = True
+    for key in ("current", "last"):  # the pointer-free view's copies of subtask rows
+        if key in masks:
+            masks[key][[O.C_OK, O.C_FLAG, O.C_UNSURE, O.C_NVERIFY]] = True
+    if "tried" in masks:
+        masks["tried"][:, [O.T_OK, O.T_FLAG, O.T_UNSURE]] = True
     return masks
 
 
