@@ -39,7 +39,7 @@ GYM_CHECK_ENV_ALLOWED: tuple[str, ...] = ()
 #: (or any other SB3 warning, e.g. about the action space or the reset) still fails.
 SB3_CHECK_ENV_ALLOWED: tuple[str, ...] = tuple(
     f"Your observation {key} has an unconventional shape (neither an image, nor a 1D vector)"
-    for key in ("subtasks", "workers", "history")
+    for key in ("subtasks", "workers", "history", "tried", "step_text")
 )
 
 
