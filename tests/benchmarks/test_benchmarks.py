@@ -690,7 +690,7 @@ def test_make_train_seeds_tabulates_every_run_and_skips_finished_ones(tmp_path, 
     def summary(seed: int, threads: int, success: float) -> dict:
         grpo = {"policy": "grpo", "success_rate": success, "success_ci95": [success - 0.05, success + 0.05],
                 "mean_return": 0.5, "tokens": 700.0}  # fmt: skip
-        static = {"policy": "static_pipeline", "success_rate": 0.57}
+        static = {"policy": "static_pipeline", "success_rate": 0.57, "mean_return": 0.4}
         return {"config": {"seed": seed, "update_threads": threads}, "results": [static, grpo], "num_timesteps": 300_000,
                 "train_wall_s": 31.0}  # fmt: skip
 
@@ -708,7 +708,7 @@ def test_make_train_seeds_tabulates_every_run_and_skips_finished_ones(tmp_path, 
     assert trained == [(1, 1, 500)]
     md = (tmp_path / "make_train_seeds.md").read_text()
     assert "| 0 | 1 | 0.600 (0.55-0.65) |" in md and "| 1 | 1 | 0.500 (0.45-0.55) |" in md
-    assert "| 1 | 2 | 0.550 | 0.550 | 0.500-0.600 |" in md and "static pipeline's success on the same tasks: 0.570" in md
+    assert "| 1 | 2 | 0.550 | 0.550 | 0.500-0.600 |" in md and "The static pipeline on the same tasks: 0.570 success and +0.400 return." in md
     (tmp_path / "seed5_update_threads1.json").write_text(json.dumps({**summary(5, 1, 0.5), "results": []}))
     with pytest.raises(SystemExit, match="has no grpo row"):
         mts.load_runs(tmp_path)
