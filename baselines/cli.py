@@ -100,6 +100,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def observation_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Env kwargs of ``--retrieval-encoder`` and ``--text-features`` (none for the defaults)."""
+    return {**retrieval_kwargs(args), **({"text_features": True} if getattr(args, "text_features", False) else {})}
+
+
+def add_text_features_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--text-features", action="store_true",
+                   help="make the env with text_features=True: the observation adds step_text and plan_text, what an "
+                   "orchestrator computes from the task and plan text it reads (a model must be evaluated with the same "
+                   "setting)")  # fmt: skip
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from baselines.training import TrainConfig, check_env_id, train
 
@@ -136,7 +148,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             update_threads=args.update_threads,
             gc_freeze=not args.no_gc_freeze,
             verbose=args.verbose,
-            env_kwargs=retrieval_kwargs(args),
+            env_kwargs=observation_kwargs(args),
             features_extractor=None if args.features_extractor in (None, "flat") else args.features_extractor,
             warm_start=None if args.warm_start in (None, "none") else args.warm_start,
             warm_start_episodes=args.warm_start_episodes,
@@ -220,8 +232,8 @@ def cmd_record_dataset(args: argparse.Namespace) -> int:
     try:
         check_env_id(args.env)
         path = record_dataset(
-            args.dataset_id, args.policy, args.episodes, args.env, seed=args.seed, overwrite=args.overwrite,
-            progress=not args.no_progress,
+            args.dataset_id, args.policy, args.episodes, args.env, seed=args.seed, env_kwargs=observation_kwargs(args) or None,
+            overwrite=args.overwrite, progress=not args.no_progress,
         )  # fmt: skip
     except (ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f"edo record-dataset: error: {exc}", file=sys.stderr)
@@ -247,7 +259,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             check_env_id(args.env)
             algo = args.algo or infer_algo(args.path)
             backend = llm_backend_from_args(args, stack)
-            env_kwargs = retrieval_kwargs(args) if backend is None else {"backend": backend, **retrieval_kwargs(args)}
+            env_kwargs = observation_kwargs(args) if backend is None else {"backend": backend, **observation_kwargs(args)}
             results = evaluate_saved(
                 args.path,
                 args.env,
@@ -355,8 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="flat: every observation key flattened (SB3's default); table: shared encoders over the rows "
                     "of the subtask and worker tables" + dft)  # fmt: skip
     tr.add_argument("--warm-start", default=d.warm_start,
-                    help="pre-train by behaviour cloning before the RL run: a hand-written policy (its episodes are "
-                    "recorded once as a Minari dataset), a local Minari dataset id (edo record-dataset), or none"
+                    help="pre-train by behaviour cloning before the RL run: a hand-written policy or probe (its episodes "
+                    "are recorded once as a Minari dataset; a warm start from a probe adds its row to the table), a local "
+                    "Minari dataset id (edo record-dataset), or none"
                     + dft)  # fmt: skip
     tr.add_argument("--warm-start-episodes", type=_count, default=d.warm_start_episodes,
                     help="episodes recorded for a hand-written --warm-start" + dft)  # fmt: skip
@@ -383,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="do not gc.freeze() at each rollout start (the same results; for timing comparisons)")  # fmt: skip
     tr.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d.verbose, help="SB3 log verbosity" + dft)
     add_retrieval_arg(tr)
+    add_text_features_arg(tr)
     tr.set_defaults(func=cmd_train)
 
     rd = sub.add_parser(
@@ -395,12 +409,14 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--dataset-id", required=True, help="Minari id 'namespace/name-vN', e.g. edo/rule_based-v0")
     rd.add_argument("--policy", default="rule_based",
                     help="a hand-written policy (random, static_pipeline, rule_based, greedy_router, oracle: it reads "
-                    "hidden state, a privileged teacher) or a model saved by edo train (.zip) (default: %(default)s)")  # fmt: skip
+                    "hidden state, a privileged teacher; or a probe of the validity benchmark, e.g. verify_and_retry, "
+                    "plan_check_text: it reads the plan text) or a model saved by edo train (.zip) (default: %(default)s)")  # fmt: skip
     rd.add_argument("--episodes", type=_count, default=2000, help="episodes to record (default: %(default)s)")
     rd.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
     rd.add_argument("--seed", type=_non_negative_int, default=0, help="reset seed of the first episode (default: 0)")
     rd.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that id")
     rd.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_text_features_arg(rd)
     rd.set_defaults(func=cmd_record_dataset)
 
     ev = sub.add_parser("evaluate", help="evaluate a saved model next to the heuristics on held-out tasks")
@@ -412,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-heuristics", action="store_true", help="evaluate only the model")
     add_backend_args(ev)
     add_retrieval_arg(ev)
+    add_text_features_arg(ev)
     ev.set_defaults(func=cmd_evaluate)
 
     from edo_gym.llm.server import add_serve_llm_parser  # stdlib only; xllamacpp is imported when serving

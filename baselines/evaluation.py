@@ -213,9 +213,15 @@ def format_table(results: Sequence[EvalResult]) -> str:
             "\n(!) language-model calls failed in these rows; each failed call counts as a failure of its step, so these "
             "rows measure the failures as much as the policy."
         )
+    from baselines.probes import TEXT_PROBES
+
     hidden = [r.policy for r in results if r.uses_hidden_state]
+    text = [r.policy for r in results if r.policy in TEXT_PROBES]
+    notes = []
     if hidden:
-        lines.append(
-            f"\n{', '.join(hidden)}: reads hidden state (an upper bound, not a deployable policy); the others see only the observation."
-        )
+        notes.append(f"{', '.join(hidden)}: reads hidden state (an upper bound, not a deployable policy)")
+    if text:
+        notes.append(f"{', '.join(text)}: reads the task and plan text (info['text'])")
+    if notes:
+        lines.append("\n" + "; ".join(notes) + "; the others see only the observation.")
     return "\n".join(lines)

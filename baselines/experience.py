@@ -73,8 +73,9 @@ def record_dataset(
     """Run ``policy`` for ``episodes`` episodes of ``env_id`` (its training split, tasks drawn by the env) and store
     them as the Minari dataset ``dataset_id``.
 
-    :param policy: a heuristic's name (``HEURISTICS``; ``oracle`` acts on ``hidden_state()``) or the path of a saved
-        model (``.zip``, its algorithm inferred as by ``edo evaluate``)
+    :param policy: a hand-written policy's name (:func:`demonstrators`: ``HEURISTICS``, where ``oracle`` acts on
+        ``hidden_state()``, and the probes; a text-reading probe gets an env made with ``info_text=True``) or the path
+        of a saved model (``.zip``, its algorithm inferred as by ``edo evaluate``)
     :param seed: the first episode's reset seed (episode ``k`` is reset with ``seed + k``)
     :param overwrite: replace an existing dataset of that id (else an existing one is an error)
     :return: the dataset's directory
@@ -96,7 +97,10 @@ def record_dataset(
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
     act, uses_hidden, name = _policy_fn(policy, env_id, env_kwargs)
-    env = gym.make(env_id, **(env_kwargs or {}))
+    make_kwargs = dict(env_kwargs or {})
+    if reads_text(policy):  # the text is offered in info; the observation and the dynamics are the same
+        make_kwargs["info_text"] = True
+    env = gym.make(env_id, **make_kwargs)
     base = env.unwrapped
     buffers = []
     try:
@@ -174,16 +178,35 @@ class _Acting:
         return int(self.heuristic.act(obs, info))
 
 
+def demonstrators() -> dict[str, Any]:
+    """Hand-written policies that can be recorded, by name: ``HEURISTICS``, then the validity benchmark's probes
+    (:data:`baselines.probes.PROBES`) and text-reading probes (:data:`baselines.probes.TEXT_PROBES`)."""
+    from baselines.probes import PROBES, TEXT_PROBES
+
+    return {**HEURISTICS, **PROBES, **TEXT_PROBES}
+
+
+def reads_text(policy: str) -> bool:
+    """Whether the hand-written policy ``policy`` reads ``info["text"]`` (its env must be made with ``info_text=True``)."""
+    from baselines.probes import TEXT_PROBES
+
+    return policy in TEXT_PROBES
+
+
 def _policy_fn(policy: str, env_id: str, env_kwargs: dict[str, Any] | None) -> tuple[_Acting, bool, str]:
     if policy in HEURISTICS:
         heuristic = make_heuristic(policy)
+        return _Acting(heuristic=heuristic), bool(heuristic.uses_hidden_state), policy
+    known = demonstrators()
+    if policy in known:
+        heuristic = known[policy]()
         return _Acting(heuristic=heuristic), bool(heuristic.uses_hidden_state), policy
     if policy.endswith(".zip") or os.path.isfile(policy):
         from baselines.training.run import load_model
 
         model = load_model(policy)
         return _Acting(model=model), False, os.path.basename(policy)
-    raise ValueError(f"policy must be one of {sorted(HEURISTICS)} or the path of a saved model (.zip), got {policy!r}")
+    raise ValueError(f"policy must be one of {sorted(demonstrators())} or the path of a saved model (.zip), got {policy!r}")
 
 
 @dataclass
@@ -377,7 +400,7 @@ def warm_start(
     """
     t0 = time.perf_counter()
     recorded = False
-    if source in HEURISTICS:
+    if source in demonstrators():
         dataset_id = warm_start_dataset_id(source, episodes, env_id, env_kwargs)
         if not dataset_exists(dataset_id):
             record_dataset(dataset_id, source, episodes, env_id, seed=0, env_kwargs=env_kwargs, progress=progress)
@@ -386,7 +409,7 @@ def warm_start(
         dataset_id = source
     else:
         raise ValueError(
-            f"warm start source must be a hand-written policy ({sorted(HEURISTICS)}) or a Minari dataset id "
+            f"warm start source must be a hand-written policy ({sorted(demonstrators())}) or a Minari dataset id "
             f"({DATASET_ID_HELP}), got {source!r}"
         )
     demos = load_demonstrations(dataset_id)

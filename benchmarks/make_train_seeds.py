@@ -74,6 +74,7 @@ def load_runs(out_dir: Path) -> list[dict[str, Any]]:
         config = data["config"]
         runs.append({"file": path.name, "seed": config["seed"], "update_threads": config.get("update_threads") or 1,
                      "grpo": rows["grpo"], "static": rows.get("static_pipeline"), "rule_based": rows.get("rule_based"),
+                     "plan_check_text": rows.get("plan_check_text"),
                      "steps": data["num_timesteps"],
                      "train_wall_s": data["train_wall_s"], "date_utc": data.get("date_utc", "?")})  # fmt: skip
     return sorted(runs, key=lambda r: (r["seed"], r["update_threads"]))
@@ -106,7 +107,8 @@ def markdown(runs: list[dict[str, Any]], command: str) -> str:
         returns = [r["grpo"]["mean_return"] for r in runs if r["update_threads"] == n]
         lines.append(f"| {n} | {len(values)} | {statistics.median(values):.3f} | {statistics.mean(values):.3f} | "
                      f"{min(values):.3f}-{max(values):.3f} | {statistics.median(returns):+.3f} |")  # fmt: skip
-    for key, name in (("static", "static pipeline"), ("rule_based", "rule_based policy")):
+    for key, name in (("static", "static pipeline"), ("rule_based", "rule_based policy"),
+                      ("plan_check_text", "text-reading plan_check_text policy (the warm start's teacher)")):  # fmt: skip
         rows = {(r[key]["success_rate"], r[key]["mean_return"]) for r in runs if r.get(key)}
         if rows:
             figures = ", ".join(f"{s:.3f} success and {m:+.3f} return" for s, m in sorted(rows))

@@ -7,6 +7,7 @@ import json
 import os
 import time
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,11 +215,21 @@ def evaluate_with_heuristics(
     heuristics: bool = True,
     progress: bool = False,
     env_kwargs: dict[str, Any] | None = None,
+    extra_policies: Sequence[str] = (),
 ) -> list[EvalResult]:
-    """Evaluate ``model`` (and the four heuristics) on the first ``episodes`` held-out tasks of ``env_id``.
+    """Evaluate ``model`` (and the heuristics) on the first ``episodes`` held-out tasks of ``env_id``.
 
-    :return: one ``EvalResult`` per heuristic (``HEURISTICS`` order) then the model's, last
+    :param extra_policies: other hand-written policies to evaluate beside them (names of
+        :func:`baselines.experience.demonstrators`, e.g. the one a warm start cloned); a text-reading one runs on an
+        env made with ``info_text=True``, on the same tasks
+    :return: one ``EvalResult`` per heuristic (``HEURISTICS`` order), then per extra policy, then the model's, last
     """
+    from baselines.experience import demonstrators, reads_text
+
+    known = demonstrators()
+    unknown = [p for p in extra_policies if p not in known]
+    if unknown:
+        raise ValueError(f"extra_policies {unknown} are not hand-written policies; choose from {sorted(known)}")
     _ensure_registered(env_id)
     env = make_eval_env(env_id, **(env_kwargs or {}))
     try:
@@ -227,10 +238,27 @@ def evaluate_with_heuristics(
         if heuristics:
             for heuristic in HEURISTICS:
                 results.append(evaluate_heuristic(make_heuristic(heuristic), env, task_ids, seed=seed, progress=progress))
+        for policy in extra_policies:
+            if reads_text(policy):
+                text_env = make_eval_env(env_id, **{**(env_kwargs or {}), "info_text": True})
+                try:
+                    results.append(evaluate_heuristic(known[policy](), text_env, task_ids, seed=seed, progress=progress))
+                finally:
+                    text_env.close()
+            else:
+                results.append(evaluate_heuristic(known[policy](), env, task_ids, seed=seed, progress=progress))
         results.append(evaluate_model(model, env, task_ids, seed=seed, name=name, progress=progress))
     finally:
         env.close()
     return results
+
+
+def warm_start_teacher(cfg: TrainConfig) -> tuple[str, ...]:
+    """The hand-written policy a warm start clones when it is not one of ``HEURISTICS`` (evaluated beside them)."""
+    from baselines.experience import demonstrators
+
+    source = cfg.warm_start
+    return (source,) if source is not None and source not in HEURISTICS and source in demonstrators() else ()
 
 
 def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
@@ -280,6 +308,7 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
             heuristics=cfg.eval_heuristics,
             progress=cfg.progress_bar,
             env_kwargs=cfg.env_kwargs,
+            extra_policies=warm_start_teacher(cfg) if cfg.eval_heuristics else (),
         )
     eval_wall_s = time.perf_counter() - t1
     result = TrainResult(

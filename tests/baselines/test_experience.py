@@ -61,6 +61,21 @@ def test_oracle_dataset_says_it_read_hidden_state(minari_dir):
     assert "hidden state" in load_demonstrations("edo_test/oracle-v0").source
 
 
+def test_a_text_reading_probe_is_recorded_on_the_observation_it_does_not_read(minari_dir):
+    """plan_check_text reads info["text"]: the recording env offers it; the dataset holds the observation only, and
+    its episodes replan more than rule_based's (the probe acts on what it read)."""
+    record_dataset("edo_test/text-v0", "plan_check_text", episodes=12, env_kwargs={"text_features": True}, progress=False)
+    record_dataset("edo_test/rb-v0", "rule_based", episodes=12, env_kwargs={"text_features": True}, progress=False)
+    text, rb = load_demonstrations("edo_test/text-v0"), load_demonstrations("edo_test/rb-v0")
+    assert text.source == "plan_check_text"
+    assert {"step_text", "plan_text", "current"} <= set(text.observations)
+    assert set(text.observations) == set(rb.observations)
+    env = gym.make("EDO-v0")
+    replan = env.unwrapped.A_REPLAN
+    env.close()
+    assert (text.actions == replan).sum() > (rb.actions == replan).sum()
+
+
 def test_record_refuses_bad_input(minari_dir):
     with pytest.raises(ValueError, match="namespace/name-vN"):
         record_dataset("no-version", "rule_based", episodes=1, progress=False)
@@ -138,3 +153,21 @@ def test_warm_start_records_once_and_reuses(minari_dir):
             warm_start(model.policy, "nonsense", epochs=1)
     finally:
         env.close()
+
+
+def test_train_from_a_text_reading_teacher_tables_the_teacher(minari_dir, tmp_path):
+    """edo train --text-features --warm-start plan_check_text: the probe it cloned is evaluated beside the heuristics
+    on the same tasks (on an env that offers the text), between them and the trained policy."""
+    from baselines.training import train
+
+    cfg = TrainConfig(algo="grpo", total_timesteps=256, n_envs=2, group_size=2, groups_per_rollout=2, batch_size=64,
+                      n_epochs=1, eval_episodes=4, warm_start="plan_check_text", warm_start_episodes=4, bc_epochs=1,
+                      env_kwargs={"text_features": True}, output_dir=str(tmp_path), progress_bar=False)  # fmt: skip
+    _, result = train(cfg)
+    names = [r.policy for r in result.results]
+    assert names[-2:] == ["plan_check_text", "grpo"] and "rule_based" in names
+    assert "plan_check_text: reads the task and plan text" in result.table
+    with pytest.raises(ValueError, match="not hand-written policies"):
+        from baselines.training.run import evaluate_with_heuristics
+
+        evaluate_with_heuristics(None, "EDO-v0", 1, extra_policies=("nonsense",))

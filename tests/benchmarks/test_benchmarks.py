@@ -385,8 +385,12 @@ def test_study_levers_smoke_warm_started_run(tmp_path):
     lever = data["levers"]["view+bc_rule_based"]
     assert lever["overrides"] == {"warm_start": "rule_based", "learning_rate": 1e-4}
     assert 0.0 <= lever["grpo"]["success"]["mean"] <= 1.0 and lever["grpo"]["after_warm_start"] is not None
-    assert set(data["heuristics"]) == {"static_pipeline", "rule_based", "oracle"}
+    assert {"static_pipeline", "rule_based", "oracle", "verify_and_retry", "plan_check_text"} <= set(data["heuristics"])
+    assert data["heuristics"]["plan_check_text"]["reads_text"] and not data["heuristics"]["rule_based"]["reads_text"]
     assert data["best"]["lever"] == "view+bc_rule_based"
+    numeric, text = data["best"]["vs_best_numeric"], data["best"]["vs_best_text_reading"]
+    assert not data["heuristics"][numeric["hand_written"]]["reads_text"] and text["hand_written"] == "plan_check_text"
+    assert numeric["success_gap"] == pytest.approx(data["best"]["success"] - numeric["hand_written_success"])
     (run,) = data["runs"].values()
     assert run["warm_start"]["steps"] > 0 and run["warm_start"]["source"] == "rule_based"
     assert 0.0 <= run["warm_start"]["eval"]["success"] <= 1.0
@@ -708,7 +712,10 @@ def test_make_train_seeds_tabulates_every_run_and_skips_finished_ones(tmp_path, 
     assert trained == [(1, 1, 500)]
     md = (tmp_path / "make_train_seeds.md").read_text()
     assert "| 0 | 1 | 0.600 (0.55-0.65) |" in md and "| 1 | 1 | 0.500 (0.45-0.55) |" in md
-    assert "| 1 | 2 | 0.550 | 0.550 | 0.500-0.600 |" in md and "The static pipeline on the same tasks: 0.570 success and +0.400 return." in md
+    assert (
+        "| 1 | 2 | 0.550 | 0.550 | 0.500-0.600 |" in md
+        and "The static pipeline on the same tasks: 0.570 success and +0.400 return." in md
+    )
     (tmp_path / "seed5_update_threads1.json").write_text(json.dumps({**summary(5, 1, 0.5), "results": []}))
     with pytest.raises(SystemExit, match="has no grpo row"):
         mts.load_runs(tmp_path)
@@ -742,3 +749,18 @@ def test_env_throughput_tiny_run(tmp_path):
 def test_speed_benchmarks_reject_bad_input(script, args, message):
     proc = subprocess.run([sys.executable, f"benchmarks/{script}.py", *args], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
+
+
+def test_train_throughput_measures_make_trains_arguments():
+    """benchmarks/train_throughput.py (and make_train_seeds through it) runs what `make train` runs: the same options
+    and values, less those that only say where output goes, how many tasks are evaluated and the progress bar."""
+    from benchmarks.train_throughput import TRAIN_ARGS, option_spans
+
+    recipe = re.search(r"^train:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), flags=re.MULTILINE)
+    assert recipe, "Makefile has no train target"
+    words = recipe.group(1).replace("\\\n", " ").split()
+    words = words[words.index("train") + 1 :]
+    ignored = {"--timesteps", "--output-dir", "--tensorboard-dir", "--eval-episodes", "--no-progress", "$(TRAIN_ARGS)"}
+    make_train = {tuple(span) for span in option_spans(words) if span[0] not in ignored}
+    measured = {tuple(span) for span in option_spans(TRAIN_ARGS) if span[0] not in ignored}
+    assert make_train == measured and ("--text-features",) in measured
