@@ -13,7 +13,10 @@ points differ by one lever from the one before:
 - ``view+bc_oracle``: the warm start on the oracle's episodes (a privileged teacher: it acts on hidden state, the
   cloned policy sees only the observation);
 - ``view+bc_rule_based+dapo``, ``+table``, ``+text``: the default with DAPO's success filter and dynamic sampling,
-  with the table extractor, with the text features (``text_features=True``).
+  with the table extractor, with the text features (``text_features=True``);
+- ``view+bc_plan_check_text+text``: the text features and a warm start on the episodes of ``plan_check_text`` (the
+  validity benchmark's text-reading probe): experience from a policy that reads the plan text, cloned into one that
+  sees the text only through the text features.
 
 Beside them, on the same held-out tasks and evaluation seed: the hand-written policies (static pipeline, rule_based),
 the policy right after behaviour cloning (the curve's first point) and the oracle (an upper bound). The summary
@@ -77,6 +80,11 @@ LEVERS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
     "view+bc_rule_based+table": ("the default, with the table extractor", {}, {**WARM, "features_extractor": "table"}),
     "view+bc_rule_based+text": ("the default, with the text features", {"text_features": True}, dict(WARM)),
+    "view+bc_plan_check_text+text": (
+        "the text features, warm start on plan_check_text's episodes (a policy that reads the text), lr 1e-4",
+        {"text_features": True},
+        {**WARM, "warm_start": "plan_check_text"},
+    ),
 }
 
 #: the hand-written policies and the oracle evaluated beside the runs
@@ -91,22 +99,45 @@ def points(cfg: StudyConfig) -> dict[str, Point]:
     return out
 
 
-def reference_rows(episodes: int) -> dict[str, dict[str, float]]:
-    """Success and return of :data:`REFERENCE_POLICIES` on the runs' held-out tasks and evaluation seed."""
+def reference_rows(episodes: int) -> dict[str, dict[str, Any]]:
+    """Success and return of :data:`REFERENCE_POLICIES`, of the validity benchmark's other hand-written probes and of
+    its text-reading probes (on an env made with ``info_text=True``), on the runs' held-out tasks and evaluation seed."""
     from baselines.evaluation import evaluate_heuristic, make_eval_env
     from baselines.heuristics import make_heuristic
+    from baselines.probes import PROBES, TEXT_PROBES
     from benchmarks.bench_lib import EVAL_SEED, eval_task_ids
 
+    def row(r: Any, probe: bool, reads_text: bool) -> dict[str, Any]:
+        return {"success": r.success_rate, "return": r.mean_return, "uses_hidden_state": r.uses_hidden_state,
+                "probe": probe, "reads_text": reads_text}  # fmt: skip
+
+    rows: dict[str, dict[str, Any]] = {}
     env = make_eval_env("EDO-v0")
     try:
         ids = eval_task_ids(env, episodes)
-        rows = {}
         for name in REFERENCE_POLICIES:
-            r = evaluate_heuristic(make_heuristic(name), env, ids, seed=EVAL_SEED)
-            rows[name] = {"success": r.success_rate, "return": r.mean_return, "uses_hidden_state": r.uses_hidden_state}
+            rows[name] = row(evaluate_heuristic(make_heuristic(name), env, ids, seed=EVAL_SEED), False, False)
+        for name, cls in PROBES.items():
+            if name not in rows:
+                rows[name] = row(evaluate_heuristic(cls(), env, ids, seed=EVAL_SEED), True, False)
     finally:
         env.close()
+    text_env = make_eval_env("EDO-v0", info_text=True)
+    try:
+        for name, cls in TEXT_PROBES.items():
+            rows[name] = row(evaluate_heuristic(cls(), text_env, ids, seed=EVAL_SEED), True, True)
+    finally:
+        text_env.close()
     return rows
+
+
+def best_hand_written(refs: dict[str, dict[str, Any]], reads_text: bool) -> tuple[str, dict[str, Any]] | None:
+    """The hand-written observation-only policy with the highest success (then return) of one group."""
+    group = {k: v for k, v in refs.items() if not v["uses_hidden_state"] and bool(v.get("reads_text")) == reads_text}
+    if not group:
+        return None
+    name = max(group, key=lambda k: (group[k]["success"], group[k]["return"]))
+    return name, group[name]
 
 
 def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
@@ -152,10 +183,19 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
             )
             if best is None or fig["success"]["mean"] > best["success"]:
                 best = {"lever": lever, "algo": algo, "success": fig["success"]["mean"], "return": fig["return"]["mean"]}
-    lines += ["", "Reference policies on the same tasks and evaluation seed:", ""]
+    lines += ["", "Hand-written policies (probes: the validity benchmark's; text: reads `info[\"text\"]`) and the oracle on the "
+              "same tasks and evaluation seed:", ""]  # fmt: skip
     lines += ["| policy | success | return |", "|---|---|---|"]
     for name, row in refs.items():
-        note = " (reads hidden state: an upper bound)" if row["uses_hidden_state"] else ""
+        note = (
+            " (reads hidden state: an upper bound)"
+            if row["uses_hidden_state"]
+            else " (probe, text)"
+            if row.get("reads_text")
+            else " (probe)"
+            if row.get("probe")
+            else ""
+        )
         lines.append(f"| {name}{note} | {row['success']:.3f} | {row['return']:+.3f} |")
     if best is not None:
         rb = refs["rule_based"]
@@ -169,6 +209,22 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
             f"{best['beats_rule_based_success_by']:+.3f} success and {best['beats_rule_based_return_by']:+.3f} return "
             f"against rule_based ({len(b.seeds)} seed(s)).",
         ]
+        fig = levers[best["lever"]][best["algo"]]
+        for key, reads_text, what in (("vs_best_numeric", False, "numeric"), ("vs_best_text_reading", True, "text-reading")):
+            top = best_hand_written(refs, reads_text)
+            if top is None:
+                continue
+            name, row = top
+            best[key] = {"hand_written": name, "hand_written_success": row["success"], "hand_written_return": row["return"],
+                         "success_gap": best["success"] - row["success"], "return_gap": best["return"] - row["return"],
+                         "success_gap_ci95": [fig["success"]["ci95"][0] - row["success"],
+                                              fig["success"]["ci95"][1] - row["success"]]}  # fmt: skip
+            g = best[key]
+            lines.append(
+                f"Against the best {what} hand-written policy on these tasks ({name}, {row['success']:.3f} success, "
+                f"{row['return']:+.3f} return): {g['success_gap']:+.3f} success (95% interval over seeds "
+                f"{g['success_gap_ci95'][0]:+.3f} to {g['success_gap_ci95'][1]:+.3f}), {g['return_gap']:+.3f} return."
+            )
     settings = {**cfg.settings(), "levers": list(cfg.options.levers), "out_dir": str(cfg.out_dir)}
     payload = {"settings": settings, "levers": levers, "heuristics": refs, "best": best, "runs": runs.by_key()}
     return payload, "\n".join(lines)
