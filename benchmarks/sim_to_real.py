@@ -4,7 +4,7 @@ server) behind the planner, the workers and the verifiers.
 
 Every real call goes through a record/replay cache (``--llm-cache``, mode ``record`` by default), so a finished run
 can be replayed offline with the server stopped (``--llm-cache-mode replay``) and gives the same table. The GRPO
-policy is trained once with ``make train``'s configuration (``TrainConfig()`` defaults: 300k steps on EDO-v0 with
+policy is trained once with ``TrainConfig()``'s defaults (300k steps on EDO-v0 with
 the simulator) and saved next to the results; ``--policy-model PATH`` uses another saved model instead.
 
 Usage::
@@ -82,7 +82,7 @@ def policy_model_path(out_dir: Path, given: str | None) -> Path:
 
     cfg = TrainConfig(output_dir=str(out_dir / NAME), eval_episodes=0)
     if not cfg.model_path.is_file():
-        print(f"Training the simulation policy with make train's configuration ({cfg.total_timesteps} steps) ...", flush=True)
+        print(f"Training the simulation policy with TrainConfig's defaults ({cfg.total_timesteps} steps) ...", flush=True)
         _, result = train(cfg)
         print(f"  trained in {result.train_wall_s:.0f} s, saved {result.model_path}", flush=True)
     return cfg.model_path
@@ -195,7 +195,7 @@ def markdown(payload: dict[str, Any]) -> str:
         f"`{s['command']}` on {s['machine']}.",
         f"{s['episodes']} held-out tasks of {s['env']} (test split), seed {s['seed']}; real model: {s['real']['model']} "
         f"({s['real']['server']}), cache {s['llm_cache_mode']} mode. GRPO policy: `{payload['policy_model']}` "
-        "(trained with the simulator, make train's configuration).",
+        "(trained with the simulator, TrainConfig's defaults).",
         "",
         "| policy | backend | success (95% CI) | return | tokens/ep | calls/ep | latency s/ep | plan fallbacks | failed calls/ep |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), help=f"default: {' '.join(DEFAULT_POLICIES)}")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
-    p.add_argument("--policy-model", default=None, help="a saved GRPO model (default: train one with make train's config)")
+    p.add_argument("--policy-model", default=None, help="a saved GRPO model (default: train one with TrainConfig's defaults)")
     p.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: start the bundled SmolLM2)")
     p.add_argument("--model", default=None, help="model name to request")
     p.add_argument("--llm-threads", type=int, default=1, help="threads of the started local server (default: 1)")
