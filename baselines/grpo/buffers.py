@@ -52,6 +52,35 @@ Observations = np.ndarray | dict[str, np.ndarray]
 LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
+def max_episode_length(loss_type: str, max_episode_steps: int | None, env: Any) -> int | None:
+    """
+    ``L_max`` of ``loss_type="dr_grpo"``: ``max_episode_steps``, else the env's time limit (``spec``).
+
+    :param loss_type: The loss aggregation
+    :param max_episode_steps: The algorithm's ``max_episode_steps`` (None: not set)
+    :param env: The training VecEnv, or None
+    :return: The maximum episode length in steps; None when not needed (other loss types) or not known yet
+        (no env); raises ValueError for ``"dr_grpo"`` on an env without a time limit
+    """
+    if loss_type != "dr_grpo":
+        return max_episode_steps
+    if max_episode_steps is not None:
+        return max_episode_steps
+    if env is None:
+        return None
+    try:
+        spec = env.get_attr("spec", indices=[0])[0]
+    except AttributeError:
+        spec = None
+    limit = getattr(spec, "max_episode_steps", None)
+    if limit is None:
+        raise ValueError(
+            "loss_type='dr_grpo' divides by a constant maximum episode length: pass max_episode_steps "
+            "or use an env with a time limit (gym.make(..., max_episode_steps=...))"
+        )
+    return int(limit)
+
+
 class StepStore:
     """
     Per-step arrays of a rollout (observations, or action masks), appended once per vectorized step for all the

@@ -1,43 +1,34 @@
 """Group Relative Policy Optimization (GRPO) as a Stable-Baselines3 on-policy algorithm.
 
 Read top to bottom as SB3's ``ppo.py``: the loss (:func:`grpo_loss`), the algorithm's settings and checks
-(:class:`GRPO`'s ``__init__``), the collection of one rollout of groups (:meth:`GRPO.collect_rollouts`, which leaves the
-question of which env runs which episode to :mod:`baselines.grpo.scheduling`), the group-relative advantages
-(:mod:`baselines.grpo.advantages`, computed by the rollout buffer) and the update (:meth:`GRPO.train`).
+(:class:`GRPO`'s ``__init__``), the collection of one rollout of groups (:meth:`GRPO.collect_rollouts`: which env runs
+which episode is :mod:`baselines.grpo.scheduling`'s job, the step loop is :mod:`baselines.grpo.rollout`'s), the
+group-relative advantages (:mod:`baselines.grpo.advantages`, computed by the rollout buffer) and the update
+(:meth:`GRPO.train`). What GRPO changes in SB3's ``OnPolicyAlgorithm`` besides the algorithm (removed attributes, env
+wrapping, the group RNG, saving, the reference policy) is in :mod:`baselines.grpo.base`.
 """
 
-import copy
 import warnings
 from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
-from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList
-from stable_baselines3.common.env_util import is_wrapped
-from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor
+from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecEnv
 
 from baselines.grpo.advantages import DEFAULT_EPS, DEFAULT_STD_TOL, FILTER_ON, SCALE_REWARDS, SUPERVISIONS
-from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer, StepRows, StepStore
-from baselines.grpo.callbacks import RecordedStepsProgressBar
-from baselines.grpo.masks import check_action_mask_key, check_observed_masks
+from baselines.grpo.base import GroupOnPolicyAlgorithm
+from baselines.grpo.buffers import LOSS_TYPES, GroupRolloutBuffer, max_episode_length
 from baselines.grpo.policies import CnnPolicy, GRPOPolicy, MlpPolicy, MultiInputPolicy
+from baselines.grpo.rollout import resolve_masking, run_episodes
 from baselines.grpo.scheduling import GROUP_MODES, GroupScheduler, Member, RolloutState, get_num_tasks, plan_group_members
-from baselines.grpo.wrappers import GroupStartWrapper
 
 #: Default ``scale_rewards``: centring only (Dr. GRPO), chosen by measurement (baselines/grpo/NOTES.md)
 DEFAULT_SCALE_REWARDS = "none"
-#: ``OnPolicyAlgorithm`` attributes with no meaning in GRPO (a rollout is groups of whole episodes, not ``n_steps`` per
-#: env; there is no critic, so no GAE and no value loss): removed from the instance, so that reading or saving one
-#: fails or leaves it out instead of holding a placeholder (see the class docstring, "Differences from PPO")
-UNUSED_ON_POLICY_ATTRIBUTES = ("n_steps", "gae_lambda", "vf_coef", "rollout_buffer_class", "rollout_buffer_kwargs")
 #: Largest features tensor (bytes, float32) that ``GRPO.train`` computes once per update (``GRPO._static_features``)
 MAX_STATIC_FEATURES_BYTES = 2**28
 
@@ -141,52 +132,24 @@ def ratio_diagnostics(log_ratio: th.Tensor, clip_range: float, clip_range_high: 
     return clip_fraction, ((ratio - 1.0) - log_ratio).mean()
 
 
-class GRPO(OnPolicyAlgorithm):
+class GRPO(GroupOnPolicyAlgorithm):
     """
     Group Relative Policy Optimization (GRPO), critic-free PPO-style policy optimization.
 
     Paper: DeepSeekMath (Shao et al. 2024, https://arxiv.org/abs/2402.03300). Variants named as in TRL's
-    ``GRPOTrainer`` so that users can map them: ``loss_type`` (DeepSeekMath's per-episode mean, DAPO's per-step
-    mean, Dr. GRPO's constant normaliser), ``scale_rewards`` (group std, batch std, none = Dr. GRPO), DAPO's
-    clip-higher (``clip_range_high``) and dynamic sampling (``dynamic_sampling``), optional masking of truncated
-    episodes (``mask_truncated_episodes``), a k3 KL penalty to a reference policy (``kl_coef``).
+    ``GRPOTrainer``: ``loss_type`` (DeepSeekMath's per-episode mean, DAPO's per-step mean, Dr. GRPO's constant
+    normaliser), ``scale_rewards`` (group std, batch std, none = Dr. GRPO), DAPO's clip-higher (``clip_range_high``)
+    and dynamic sampling (``dynamic_sampling``), masking of truncated episodes, a k3 KL penalty to a reference policy.
+    Dr. GRPO: Liu et al. 2025, https://arxiv.org/abs/2503.20783; DAPO: Yu et al. 2025, https://arxiv.org/abs/2503.14476.
 
-    * DeepSeekMath: Shao et al. 2024, https://arxiv.org/abs/2402.03300
-    * Dr. GRPO ("Understanding R1-Zero-Like Training"): Liu et al. 2025, https://arxiv.org/abs/2503.20783
-    * DAPO: Yu et al. 2025, https://arxiv.org/abs/2503.14476
-
-    **What a rollout is.** One rollout is ``groups_per_rollout`` groups of ``group_size`` complete episodes each
-    (with ``dynamic_sampling``, more groups are drawn until ``groups_per_rollout`` of them are informative, up to
-    ``max_groups_drawn``). All members of a group start from the same task:
-
-    * ``group_mode="seed"``: all members are reset with the same seed (same start state and same env noise
-      stream), so any Gymnasium env whose ``reset(seed=...)`` fixes the start works (e.g. CartPole-v1). Group seeds
-      are drawn from the algorithm's group RNG (saved with the model).
-    * ``group_mode="task_id"``: all members are reset with ``options={"task_id": k}`` and distinct fresh seeds;
-      ``k`` is drawn uniformly from ``range(num_tasks)`` where ``num_tasks`` is the env attribute ``num_tasks``.
-
-    Which env runs which member, and how its episode starts through public VecEnv API (queued starts in a
-    :class:`~baselines.grpo.wrappers.GroupStartWrapper`, which GRPO adds when it builds the VecEnv, or direct
-    ``env_method("reset", ...)`` calls), is :mod:`baselines.grpo.scheduling`'s job; its docstring explains it. A
-    VecEnvWrapper (VecNormalize, VecMonitor, ...) whose envs lack the GroupStartWrapper is refused: a direct reset
-    would bypass it. Steps of envs that have no member (envs waiting for the rollout to end) are never recorded,
-    counted in ``num_timesteps``, reported to ``ep_info_buffer`` nor shown to callbacks.
-
-    **Differences from PPO's API.** GRPO subclasses ``OnPolicyAlgorithm`` for its set-up, logging, saving and
-    ``learn`` loop, but ``n_steps`` (a rollout is whole groups, not a fixed number of steps per env), ``gae_lambda``
-    and ``vf_coef`` (there is no critic) do not exist: they are not parameters, and the attributes the base class
-    sets are removed (``UNUSED_ON_POLICY_ATTRIBUTES``), so reading one raises ``AttributeError``. ``rollout_buffer``
-    is a :class:`~baselines.grpo.buffers.GroupRolloutBuffer` of whole episodes. ``gamma`` only discounts the
-    return-to-go of ``supervision="process"``.
-
-    **Callbacks** are called once per vectorized step and see only the recorded envs: in ``self.locals``,
-    ``infos``, ``dones``, ``rewards``, ``actions`` and ``new_obs`` hold the recorded envs' entries (in env order),
-    ``env_indices`` their indices in the VecEnv and ``wave_members`` their :class:`Member`. ``recorded`` is
-    ``range(len(infos))``. ``learn(progress_bar=True)`` counts recorded steps.
-
-    **Truncation**: a truncated episode (time limit, or ``max_episode_steps``) is a complete group member whose
-    return is the sum of its rewards (there is no critic to bootstrap from); ``mask_truncated_episodes=True``
-    leaves its steps out of the update (it still counts in its group's statistics).
+    One rollout is ``groups_per_rollout`` groups of ``group_size`` complete episodes each, all members of a group
+    starting from the same task (``group_mode``; :mod:`baselines.grpo.scheduling` explains which env runs which member
+    and how its episode starts). Steps of envs that have no member are never recorded, counted in ``num_timesteps``,
+    reported to ``ep_info_buffer`` nor shown to callbacks; callbacks are called once per vectorized step with the
+    recorded envs' entries (:mod:`baselines.grpo.rollout` lists ``self.locals``). A truncated episode (time limit, or
+    ``max_episode_steps``) is a complete member whose return is the sum of its rewards (no critic to bootstrap from).
+    ``n_steps``, ``gae_lambda`` and ``vf_coef`` do not exist (:mod:`baselines.grpo.base`); ``gamma`` only discounts
+    the return-to-go of ``supervision="process"``. Measurements behind the defaults: ``baselines/grpo/NOTES.md``.
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy) or a ``GRPOPolicy`` subclass
     :param env: The environment to learn from (if registered in Gym, can be str)
@@ -201,9 +164,8 @@ class GRPO(OnPolicyAlgorithm):
         it can be a function of the current progress remaining (from 1 to 0)
     :param clip_range_high: Clip-higher epsilon_high (ratio clipped above at ``1 + clip_range_high``, DAPO), float
         or schedule; None (default) = ``clip_range`` (symmetric clipping)
-    :param ent_coef: Entropy coefficient for the loss calculation. Default 0.01: on EDO-v0 with every other default,
-        30k steps, 3 seeds, held-out return +0.78 against +0.39 with 0 (which settles on a cheaper, less accurate
-        routine early); on CartPole-v1 0.01 learned about as well as 0 (final 446 vs 457, baselines/grpo/NOTES.md)
+    :param ent_coef: Entropy coefficient for the loss calculation (default 0.01: better than 0 on EDO-v0, as good on
+        CartPole-v1)
     :param kl_coef: Coefficient of the KL penalty to a frozen reference policy (k3 estimator ``r - log r - 1`` with
         ``r = pi_ref / pi_theta``). 0.0 (default): no reference policy is kept at all
     :param ref_update_interval: Copy the current policy into the reference every this many rollouts (updates);
@@ -214,9 +176,7 @@ class GRPO(OnPolicyAlgorithm):
         is ``max_episode_steps``, else the env's time limit)
     :param scale_rewards: What the group-centred rewards are divided by (see :mod:`baselines.grpo.advantages`):
         ``"group"`` (the group's std, GRPO as published and TRL's default), ``"batch"`` (the rollout's std),
-        ``"none"`` (no division, Dr. GRPO; the default). Stds are sample stds (ddof=1) plus ``adv_eps``, as in TRL.
-        The defaults (``"bnpo"``, ``"none"``) learned best on CartPole-v1 over 8 seeds, and std
-        scaling made GRPO collapse to "submit at once" on EDO-v0 (baselines/grpo/NOTES.md)
+        ``"none"`` (no division, Dr. GRPO; the default). Stds are sample stds (ddof=1) plus ``adv_eps``, as in TRL
     :param normalize_std: Deprecated alias: True = ``scale_rewards="group"``, False = ``scale_rewards="none"``
     :param supervision: ``"outcome"`` (episode return, same advantage for all steps of an episode) or
         ``"process"`` (per-step rewards normalised over the group, then return-to-go), see ``advantages.py``
@@ -229,20 +189,21 @@ class GRPO(OnPolicyAlgorithm):
     :param std_tol: Tolerance, in reward units, under which a group's std counts as zero (tie)
     :param filter_on: What the tie filter (and dynamic sampling) tests: ``"return"`` (default: returns within
         ``std_tol``; step rewards under process supervision) or ``"success"``: a group is tied when all its members
-        succeeded or all failed, DAPO's criterion (accuracy 0 or 1), read from ``info["is_success"]`` at the end of
-        each episode (SB3's convention; an env without it raises ``ValueError``). With a reward that adds costs to
-        the outcome, returns almost never tie, so the return filter keeps all-fail groups whose advantage only ranks
-        costs (see ``benchmarks/results/long_horizon.json``)
+        succeeded or all failed, DAPO's criterion, read from ``info["is_success"]`` at the end of each episode
+        (SB3's convention; an env without it raises ``ValueError``)
     :param adv_eps: Added to the std before dividing (TRL's 1e-4)
-    :param mask_truncated_episodes: Leave truncated episodes out of the loss (TRL's ``mask_truncated_completions``)
-    :param group_mode: ``"seed"`` or ``"task_id"``: how members of a group are made to share a start (see above)
+    :param mask_truncated_episodes: Leave truncated episodes out of the loss (TRL's ``mask_truncated_completions``);
+        they still count in their group's statistics
+    :param group_mode: How members of a group share a start: ``"seed"`` (all reset with the group's seed, drawn from
+        the group RNG) or ``"task_id"`` (reset with ``options={"task_id": k}``, ``k`` uniform in the env attribute
+        ``num_tasks``, and seeds of their own)
     :param use_masking: Invalid action masks: None (default) uses them when the env has ``action_masks()``, True
         requires them (ValueError otherwise), False never uses them. ``learn(use_masking=...)`` overrides it
     :param action_mask_key: With masks on, read them from this key of the Dict observations (nonzero = legal)
-        instead of calling every env's ``action_masks()`` at each vectorized step (an ``env_method`` round trip
-        through each env's wrappers). Only for envs whose observation holds the mask of the state it describes, as
-        EDO-v0's ``"action_mask"`` does; the same masks, so the same training. Checked against ``action_masks()`` at
-        the first step of every rollout (``ValueError`` if they differ). None (default): ``action_masks()``
+        instead of calling every env's ``action_masks()`` at each vectorized step. Only for envs whose observation
+        holds the mask of the state it describes, as EDO-v0's ``"action_mask"`` does; checked against
+        ``action_masks()`` at the first step of every rollout (``ValueError`` if they differ). None (default):
+        ``action_masks()``
     :param refill_envs: Start the next member on an env as soon as its episode ends; False = synchronous waves
     :param max_episode_steps: Optional safety cut, in env steps: an episode still running after this many steps is
         ended by the algorithm and stored as truncated (Monitor does not report it, the env never ended it).
@@ -270,9 +231,6 @@ class GRPO(OnPolicyAlgorithm):
     }
     #: Whether collection records ``info["anchor_key"]`` per step (GiGPO)
     _records_anchor_keys: ClassVar[bool] = False
-    policy: GRPOPolicy  # type: ignore[assignment]
-    rollout_buffer: GroupRolloutBuffer  # type: ignore[assignment]
-    ref_policy: GRPOPolicy | None
 
     def __init__(
         self,
@@ -454,11 +412,6 @@ class GRPO(OnPolicyAlgorithm):
 
         self._maybe_recommend_cpu("GRPOPolicy")
 
-    def _remove_unused_on_policy_attributes(self) -> None:
-        """Remove the ``OnPolicyAlgorithm`` attributes GRPO has no use for (``UNUSED_ON_POLICY_ATTRIBUTES``)."""
-        for name in UNUSED_ON_POLICY_ATTRIBUTES:
-            self.__dict__.pop(name, None)
-
     def _rollout_buffer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the rollout buffer (subclasses add theirs)."""
         return dict(
@@ -470,7 +423,7 @@ class GRPO(OnPolicyAlgorithm):
             std_tol=self.std_tol,
             eps=self.adv_eps,
             loss_type=self.loss_type,
-            max_episode_steps=self._max_episode_length(),
+            max_episode_steps=max_episode_length(self.loss_type, self.max_episode_steps, self.env),
             mask_truncated_episodes=self.mask_truncated_episodes,
             filter_on=self.filter_on,
         )
@@ -478,154 +431,11 @@ class GRPO(OnPolicyAlgorithm):
     def _make_rollout_buffer(self) -> GroupRolloutBuffer:
         return GroupRolloutBuffer(self.observation_space, self.action_space, **self._rollout_buffer_kwargs())
 
-    def _max_episode_length(self) -> int | None:
-        """
-        ``L_max`` of ``loss_type="dr_grpo"``: ``max_episode_steps``, else the env's time limit (``spec``).
-
-        :return: The maximum episode length in steps; None when not needed (other loss types) or not known yet
-            (no env); raises ValueError for ``"dr_grpo"`` on an env without a time limit
-        """
-        if self.loss_type != "dr_grpo":
-            return self.max_episode_steps
-        if self.max_episode_steps is not None:
-            return self.max_episode_steps
-        if self.env is None:
-            return None
-        try:
-            spec = self.env.get_attr("spec", indices=[0])[0]
-        except AttributeError:
-            spec = None
-        limit = getattr(spec, "max_episode_steps", None)
-        if limit is None:
-            raise ValueError(
-                "loss_type='dr_grpo' divides by a constant maximum episode length: pass max_episode_steps "
-                "or use an env with a time limit (gym.make(..., max_episode_steps=...))"
-            )
-        return int(limit)
-
-    @staticmethod
-    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
-        """SB3's wrapping (Monitor, DummyVecEnv), plus a GroupStartWrapper so that every episode starts once."""
-        if not isinstance(env, VecEnv) and not is_wrapped(env, GroupStartWrapper):
-            if monitor_wrapper and not is_wrapped(env, Monitor):
-                env = Monitor(env)
-            env = GroupStartWrapper(env)
-        return BaseAlgorithm._wrap_env(env, verbose, monitor_wrapper)
-
-    def set_random_seed(self, seed: int | None = None) -> None:
-        """
-        Set the seed of the pseudo-random generators (python, numpy, pytorch, gym, action_space)
-        and of the RNG that draws group seeds / task ids.
-
-        :param seed: Seed; None leaves the global generators untouched and re-seeds the group RNG from entropy
-        """
-        super().set_random_seed(seed)
-        self._group_rng = np.random.default_rng(seed)
-
-    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None:
-        """
-        Progress remaining, from 1 to 0, **clamped at 0**: a rollout of whole groups may end past
-        ``total_timesteps``, and a negative progress would give a negative learning rate (gradient ascent) or clip
-        range with SB3's linear schedules.
-
-        :param num_timesteps: current number of timesteps
-        :param total_timesteps: total number of timesteps of the ``learn()`` call
-        """
-        self._current_progress_remaining = max(0.0, 1.0 - float(num_timesteps) / float(total_timesteps))
-
-    def _update_reference(self) -> None:
-        """Make the reference policy a frozen copy of the current policy."""
-        if self.ref_policy is None:
-            ref_policy = copy.deepcopy(self.policy)
-            ref_policy.optimizer = None  # type: ignore[assignment]  # never trained, keep no optimizer
-            ref_policy.requires_grad_(False)
-            self.ref_policy = ref_policy
-        else:
-            self.ref_policy.load_state_dict(self.policy.state_dict())
-        self.ref_policy.set_training_mode(False)
-
-    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
-        """
-        Save the model (see ``BaseAlgorithm.save``), including the group RNG state: a loaded model continues the
-        sequence of group seeds / tasks instead of replaying it from the seed.
-        """
-        self._group_rng_state = self._group_rng.bit_generator.state
-        try:
-            super().save(path, exclude=exclude, include=include)
-        finally:
-            self._group_rng_state = None
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "ref_policy", "_group_rng", "_use_masking_now"]
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        state_dicts = ["policy", "policy.optimizer"]
-        if self.ref_policy is not None:
-            state_dicts.append("ref_policy")
-        return state_dicts, []
-
-    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
-        """SB3's callback setup, with a progress bar that counts recorded steps (not ``n_envs`` per step)."""
-        callback = super()._init_callback(callback, progress_bar=False)
-        if progress_bar:
-            callback = CallbackList([callback, RecordedStepsProgressBar()])
-            callback.init_callback(self)
-        return callback
-
-    # ------------------------------------------------------------------ masks
-    def _resolve_masking(self, env: VecEnv, use_masking: bool | None) -> bool:
-        """
-        Whether this ``learn()`` call samples with action masks.
-
-        :param env: The training env
-        :param use_masking: None = when the env has ``action_masks()`` (and the action space supports masks);
-            True = required; False = never
-        :return: Whether to use masks
-        """
-        supported = is_masking_supported(env)
-        if use_masking is None:
-            use_masking = supported and self.policy.supports_masking
-        elif use_masking:
-            if not supported:
-                raise ValueError(
-                    "use_masking=True but the env has no `action_masks()` method "
-                    "(sb3-contrib convention); pass use_masking=False or None"
-                )
-            if not self.policy.supports_masking:
-                raise ValueError(f"use_masking=True but {type(self.action_space).__name__} action spaces do not support masks")
-        key = self.__dict__.get("action_mask_key")  # a model saved before the option existed has none
-        if use_masking and key is not None:
-            check_action_mask_key(key, self.observation_space, self.action_space)
-        return bool(use_masking)
-
-    # ------------------------------------------------------------------ collection
     def _plan_group_members(self, env: VecEnv, n_groups: int, first_group_id: int = 0) -> list[Member]:
         """The members of ``n_groups`` new groups, drawn from the group RNG (``scheduling.plan_group_members``)."""
         return plan_group_members(self._group_rng, env, self.group_mode, self.group_size, n_groups, first_group_id)
 
-    def _action_masks(self, env: VecEnv, obs: Any, check_mask_key: bool) -> np.ndarray | None:
-        """This step's action masks (None without masking): the envs' ``action_masks()``, or the observations'
-        ``action_mask_key``, checked against the envs' own if ``check_mask_key`` (the first step of every rollout)."""
-        if not self._use_masking_now:
-            return None
-        mask_key = self.__dict__.get("action_mask_key")  # a model saved before the option existed has none
-        if mask_key is None:
-            return get_action_masks(env)
-        masks = obs[mask_key].reshape(env.num_envs, -1).astype(bool)
-        if check_mask_key:
-            check_observed_masks(masks, get_action_masks(env), mask_key)
-        return masks
-
-    def _sample_actions(self, obs: Any, action_masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Actions (one per env) and their log-probabilities under the current policy."""
-        with th.inference_mode():
-            # numpy Dict observations straight to the policy's flat features when it can (same values, same draw)
-            sampled = self.policy.sample_from_numpy(obs, action_masks) if isinstance(obs, dict) else None
-            if sampled is None:
-                sampled = self.policy(obs_as_tensor(obs, self.device), action_masks=action_masks)  # type: ignore[arg-type]
-        actions, log_probs = sampled
-        return actions.cpu().numpy(), log_probs.cpu().numpy()
-
+    # ------------------------------------------------------------------ collection
     def collect_rollouts(  # type: ignore[override]
         self,
         env: VecEnv,
@@ -661,7 +471,7 @@ class GRPO(OnPolicyAlgorithm):
             records_anchor_keys=self._records_anchor_keys,
         )
         callback.on_rollout_start()
-        completed = self._run_episodes(env, callback, rollout_buffer, scheduler)
+        completed = run_episodes(self, env, callback, rollout_buffer, scheduler)
         scheduler.close()
         if not completed:
             return False
@@ -677,116 +487,12 @@ class GRPO(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
-    def _run_episodes(
-        self, env: VecEnv, callback: BaseCallback, rollout_buffer: GroupRolloutBuffer, scheduler: GroupScheduler
-    ) -> bool:
-        """
-        Step the VecEnv until every member the scheduler claims has its episode stored in the buffer.
-
-        :return: False if the callback asked to stop
-        """
-        # The recorded envs' observations (and masks) are copied once per vectorized step into row stores; an episode
-        # keeps its row numbers, and the buffer gathers all episodes' rows in one go when the rollout is complete
-        obs_store, mask_store = StepStore(), StepStore()
-        slots = scheduler.slots
-        first_step = True
-        obs = scheduler.start(self._last_obs)
-        while True:
-            running, obs = scheduler.next_wave(obs)
-            if not running:
-                break
-            recorded = scheduler.recorded_envs()
-            action_masks = self._action_masks(env, obs, check_mask_key=first_step)
-            first_step = False
-            first_row = obs_store.append(_take_rows(obs, recorded))
-            if action_masks is not None:
-                mask_store.append(np.asarray(action_masks[recorded], dtype=bool).reshape(len(recorded), -1))
-            actions, log_probs = self._sample_actions(obs, action_masks)
-            clipped_actions = actions
-            if isinstance(self.action_space, spaces.Box):
-                clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
-            new_obs, rewards, dones, infos = scheduler.step(clipped_actions)
-
-            self.num_timesteps += len(recorded)
-            # Callbacks see the recorded envs only (SB3's names, restricted to those envs); as in SB3, the info buffer
-            # reads the same infos and dones as the callback
-            recorded_infos = [infos[i] for i in recorded]
-            recorded_dones = dones[recorded]
-            callback.update_locals(
-                {
-                    "infos": recorded_infos,
-                    "dones": recorded_dones,
-                    "rewards": rewards[recorded],
-                    "actions": actions[recorded],
-                    "new_obs": _take_rows(new_obs, recorded),
-                    "env_indices": recorded,
-                    "recorded": np.arange(len(recorded)),
-                    "wave_members": [slots[i].member for i in recorded],
-                }
-            )
-            if not callback.on_step():
-                return False
-            self._update_info_buffer(recorded_infos, recorded_dones)
-
-            row = first_row  # the next recorded env's row in the stores (recorded envs are in env order)
-            for env_idx, slot in enumerate(slots):
-                done = bool(dones[env_idx])
-                if slot.member is None:
-                    scheduler.idle_env_stepped(env_idx, done)
-                    continue
-                trajectory = slot.trajectory
-                trajectory["observations"].append(row)
-                row += 1
-                trajectory["actions"].append(actions[env_idx])
-                trajectory["log_probs"].append(log_probs[env_idx])
-                trajectory["rewards"].append(rewards[env_idx])
-                if self._records_anchor_keys:
-                    trajectory["anchor_keys"].append(slot.anchor_key)
-                    slot.anchor_key = infos[env_idx].get("anchor_key")
-                slot.steps += 1
-                cut = self.max_episode_steps is not None and slot.steps >= self.max_episode_steps
-                if not (done or cut):
-                    continue
-                rows = np.array(trajectory["observations"], dtype=np.int64)
-                rollout_buffer.add_episode(
-                    group_id=slot.member.group_id,
-                    observations=StepRows(obs_store, rows),
-                    actions=trajectory["actions"],
-                    log_probs=trajectory["log_probs"],
-                    rewards=trajectory["rewards"],
-                    action_masks=StepRows(mask_store, rows) if action_masks is not None else None,
-                    truncated=bool(infos[env_idx].get("TimeLimit.truncated", False)) or not done,
-                    anchor_keys=trajectory["anchor_keys"] if self._records_anchor_keys else None,
-                    success=self._episode_success(infos[env_idx], done),
-                )
-                scheduler.episode_ended(env_idx, done, new_obs)
-            obs = scheduler.refill(new_obs)
-
-        self._last_obs = obs  # type: ignore[assignment]
-        self._last_episode_starts = np.ones((env.num_envs,), dtype=bool)
-        return True
-
     def _record_rollout_stats(self, buffer: GroupRolloutBuffer, state: RolloutState) -> None:
         self.logger.record("rollout/groups_drawn", state.claimed)
         self.logger.record("rollout/informative_groups", int((~buffer.group_dropped).sum()))
         self.logger.record("rollout/dropped_group_fraction", buffer.dropped_group_fraction)
         self.logger.record("rollout/group_return_std", float(np.mean(buffer.group_return_std)))
         self.logger.record("rollout/truncated_fraction", float(np.mean(buffer.episode_truncated)))
-
-    def _episode_success(self, info: dict[str, Any], done: bool) -> bool | None:
-        """The success flag of an episode that just ended, for ``filter_on="success"`` (None otherwise): the env's
-        ``info["is_success"]``; an episode cut by ``max_episode_steps`` did not succeed."""
-        if self.filter_on != "success":
-            return None
-        if not done:
-            return False
-        value = info.get("is_success")
-        if value is None:
-            raise ValueError(
-                "filter_on='success' needs info['is_success'] at the end of every episode (SB3's convention), but "
-                "this env's episode ended without it; use filter_on='return' for this env"
-            )
-        return bool(value)
 
     # ------------------------------------------------------------------ training
     def train(self) -> None:
@@ -902,48 +608,6 @@ class GRPO(OnPolicyAlgorithm):
             return None
         return self.policy.static_features(buffer.kept_observations)
 
-    def _compute_reference_log_probs(self, features: th.Tensor | None = None) -> None:
-        """
-        Store the reference policy's log-probabilities of all kept actions in the buffer.
-
-        :param features: The kept steps' features from :meth:`_static_features` (the reference policy's extractor is
-            a copy of the policy's, so they are its features too); None = extract them per minibatch
-        """
-        assert self.ref_policy is not None
-        self.ref_policy.set_training_mode(False)
-        if not self.ref_policy.has_static_features:
-            features = None
-        evaluate = self.ref_policy.evaluate_actions if features is None else self.ref_policy.evaluate_features
-        with th.no_grad():
-            for data in self.rollout_buffer.get(self.batch_size, shuffle=False, features=features):
-                ref_log_prob, _ = evaluate(
-                    data.observations,  # type: ignore[arg-type]
-                    data.actions,
-                    action_masks=data.action_masks,
-                )
-                self.rollout_buffer.set_ref_log_probs(data.positions, ref_log_prob)
-
-    # ------------------------------------------------------------------ API
-    def predict(  # type: ignore[override]
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-        action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """
-        Get the policy action from an observation.
-
-        :param observation: the input observation
-        :param state: The last hidden states (unused, no recurrence)
-        :param episode_start: The last episode starts (unused, no recurrence)
-        :param deterministic: Whether or not to return deterministic actions.
-        :param action_masks: Action masks to apply to the action distribution (True = allowed)
-        :return: the model's action and the next hidden state (unchanged)
-        """
-        return self.policy.predict(observation, state, episode_start, deterministic, action_masks=action_masks)
-
     def learn(  # type: ignore[override]
         self,
         total_timesteps: int,
@@ -971,7 +635,7 @@ class GRPO(OnPolicyAlgorithm):
         """
         iteration = 0
         assert self.env is not None
-        self._use_masking_now = self._resolve_masking(self.env, self.use_masking if use_masking is None else use_masking)
+        self._use_masking_now = resolve_masking(self, self.env, self.use_masking if use_masking is None else use_masking)
 
         total_timesteps, callback = self._setup_learn(
             total_timesteps,
@@ -1002,13 +666,6 @@ class GRPO(OnPolicyAlgorithm):
         callback.on_training_end()
 
         return self
-
-
-def _take_rows(values: Any, indices: np.ndarray) -> Any:
-    """Rows ``indices`` of ``values`` (an array, or a dict of arrays such as Dict observations), copied."""
-    if isinstance(values, dict):
-        return {key: value[indices] for key, value in values.items()}
-    return values[indices]
 
 
 __all__ = ["GRPO", "GRPOLossTerms", "Member", "grpo_loss", "ratio_diagnostics"]

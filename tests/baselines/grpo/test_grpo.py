@@ -1048,16 +1048,16 @@ def test_use_masking_none_true_false():
 def test_masks_read_from_the_observation_train_the_same_parameters(multi_discrete, monkeypatch):
     """``action_mask_key``: the masks come from the observations (no ``action_masks()`` call per vectorized step, one
     check per rollout), and training is the same to the bit as with the envs' own masks."""
-    from baselines.grpo import grpo as grpo_module
+    from baselines.grpo import rollout as rollout_module
 
     calls = {"n": 0}
-    own_masks = grpo_module.get_action_masks
+    own_masks = rollout_module.get_action_masks
 
     def counted(env):
         calls["n"] += 1
         return own_masks(env)
 
-    monkeypatch.setattr(grpo_module, "get_action_masks", counted)
+    monkeypatch.setattr(rollout_module, "get_action_masks", counted)
 
     def run(key):
         monkeypatch.setattr(MaskedTaskEnv, "_next_uid", 0)  # the same env ids (the "tag" observation) in both runs
