@@ -538,3 +538,10 @@ def completeness_note(runs: RunSet) -> str:
             + (f"; {len(failed)} of them failed twice: {', '.join(failed)} (see `logs/`)" if failed else "")
             + ". Figures below use the finished runs only.\n\n")  # fmt: skip
     return note
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (result files name no machine's directories)."""
+    resolved = Path(path).resolve()
+    root = Path(__file__).resolve().parent.parent
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)

@@ -46,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path  # noqa: E402
 from benchmarks.summary import MISSING, fmt_stats, header, seed_stats  # noqa: E402
 
 NAME = "study_levers"
@@ -235,7 +235,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
                 f"{row['return']:+.3f} return): {g['success_gap']:+.3f} success (95% interval over seeds "
                 f"{g['success_gap_ci95'][0]:+.3f} to {g['success_gap_ci95'][1]:+.3f}), {g['return_gap']:+.3f} return."
             )
-    settings = {**cfg.settings(), "levers": list(cfg.options.levers), "out_dir": str(cfg.out_dir)}
+    settings = {**cfg.settings(), "levers": list(cfg.options.levers), "out_dir": shown_path(cfg.out_dir)}
     payload = {"settings": settings, "levers": levers, "heuristics": refs, "best": best, "runs": runs.by_key()}
     return payload, "\n".join(lines)
 

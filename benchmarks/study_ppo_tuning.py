@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path  # noqa: E402
 from benchmarks.summary import MISSING, header, seed_stats  # noqa: E402
 
 NAME = "study_ppo_tuning"
@@ -78,7 +78,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
             f"({len(b.seeds)} seed(s)). Compare with GRPO's row in `grpo_vs_ppo.md` (same budget and task set). "
             "A handful of settings is not a full search; single-seed differences of a few points are noise."
         )
-    settings = {**cfg.settings(), "settings": list(cfg.options.settings), "out_dir": str(cfg.out_dir)}
+    settings = {**cfg.settings(), "settings": list(cfg.options.settings), "out_dir": shown_path(cfg.out_dir)}
     payload = {"settings": settings, "rows": rows, "runs": runs.by_key()}
     return payload, "\n".join(lines)
 
