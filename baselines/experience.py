@@ -30,7 +30,7 @@ import numpy as np
 import torch as th
 from tqdm.auto import tqdm
 
-from baselines.heuristics import HEURISTICS, make_heuristic
+from baselines.heuristics import HEURISTICS
 
 #: Datasets live where Minari keeps them: ``~/.minari/datasets`` unless ``MINARI_DATASETS_PATH`` says otherwise.
 DATASET_ID_HELP = "a Minari id 'namespace/name-vN', e.g. 'edo/rule_based-v0'"
@@ -194,9 +194,6 @@ def reads_text(policy: str) -> bool:
 
 
 def _policy_fn(policy: str, env_id: str, env_kwargs: dict[str, Any] | None) -> tuple[_Acting, bool, str]:
-    if policy in HEURISTICS:
-        heuristic = make_heuristic(policy)
-        return _Acting(heuristic=heuristic), bool(heuristic.uses_hidden_state), policy
     known = demonstrators()
     if policy in known:
         heuristic = known[policy]()

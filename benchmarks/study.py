@@ -541,7 +541,8 @@ def completeness_note(runs: RunSet) -> str:
 
 
 def shown_path(path: Path) -> str:
-    """``path`` relative to the repository when it lies inside it (result files name no machine's directories)."""
+    """``path`` as written into the results: relative to the repository when it lies inside it (results are
+    committed and name no machine's directories)."""
     resolved = Path(path).resolve()
     root = Path(__file__).resolve().parent.parent
     return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)

@@ -41,9 +41,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_lib import REPO, RunSpec  # noqa: E402
+from benchmarks.bench_lib import RunSpec  # noqa: E402
 from benchmarks.common import RESULTS_DIR  # noqa: E402
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, train_spec  # noqa: E402
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path, train_spec  # noqa: E402
 from benchmarks.summary import header, heuristic_results, pyplot  # noqa: E402
 
 NAME = "study_schools"
@@ -64,12 +64,6 @@ SCHOOLS = {
     "ppo": "learned (RL)",
     "maskable_ppo": "learned (RL)",
 }
-
-
-def shown(path: Path) -> str:
-    """``path`` as written into the results: relative to the repository when inside it (results are committed)."""
-    resolved = path.resolve()
-    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
 
 
 def source_path(cfg: StudyConfig) -> Path | None:
@@ -135,7 +129,7 @@ def llm_router_row(cfg: StudyConfig) -> dict[str, Any] | None:
     row = data.get("results", {}).get("real", {}).get("llm_router")
     if row is None:
         return None
-    return {"school": SCHOOLS["llm_router"], "learned": False, "separate": True, "source_path": shown(path),
+    return {"school": SCHOOLS["llm_router"], "learned": False, "separate": True, "source_path": shown_path(path),
             "episodes": row["episodes"], "model": data["settings"]["real"].get("model"), "success": row["success_rate"],
             "return": row["mean_return"], "tokens": row["tokens"], "calls": row["calls"], "latency_s": row["latency_s"],
             "success_ci95": row["success_ci95"], "cost_reward_units": row["success_rate"] - row["mean_return"]}  # fmt: skip
@@ -236,7 +230,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
         env_id = gsettings.get("env", env_id)
         if "eval_episodes" not in cfg.given:
             episodes = int(gsettings.get("eval_episodes", episodes))  # the same held-out tasks as those runs
-        source = f"final evaluation of the runs in `{shown(source_file)}` (mean over seeds)"
+        source = f"final evaluation of the runs in `{shown_path(source_file)}` (mean over seeds)"
     else:
         for a in cfg.algos:
             recs = runs.seeds("", a)
@@ -261,7 +255,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
         policies["llm_router"] = llm_row
     trained_here = source_file is None
     settings = {"command": cfg.command, "mode": cfg.tier, "env_id": env_id, "eval_episodes": episodes, "source": source,
-                "source_path": None if trained_here else shown(source_file), "algos": list(learned),
+                "source_path": None if trained_here else shown_path(source_file), "algos": list(learned),
                 "seeds": list(cfg.budget.seeds) if trained_here else None,
                 "train_steps": (cfg.options.train_steps or cfg.budget.timesteps) if trained_here else None}  # fmt: skip
     deployable = [n for n in policies if n not in ("oracle", "llm_router")]
