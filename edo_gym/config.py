@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 #: Subtask types, in the order used by observations and worker skill vectors.
@@ -25,6 +27,11 @@ FAMILIES: tuple[str, ...] = ("support", "multihop", "analytics")
 MODEL_SIZES: tuple[str, ...] = ("small", "medium", "large")
 ILLEGAL_ACTION_MODES: tuple[str, ...] = ("penalize", "raise")
 RETRIEVAL_DECIDERS: tuple[str, ...] = ("orchestrator", "worker")
+#: Who writes the plan: a language ``model`` (the planner agent) or ``rules`` (``edo_gym.agents.planner.rule_plan``).
+PLANNER_MODES: tuple[str, ...] = ("model", "rules")
+#: How an upstream answer becomes the subject of a lookup: linked as a ``whole`` (the answer is a name), or by the one
+#: entity its text ``mentions`` beyond those its own question named (a sentence such as "X's mentor is Y" gives Y).
+ENTITY_LINKING_MODES: tuple[str, ...] = ("whole", "mentions")
 RETRIEVER_MODES: tuple[str, ...] = ("shared", "per_worker")
 TASK_SPLITS: tuple[str, ...] = ("train", "test", "all")
 PLANNER_ERRORS: tuple[str, ...] = ("drop", "merge", "reorder", "mislabel", "wrong_relation", "wrong_entity", "wrong_op")
@@ -157,6 +164,10 @@ class PlannerConfig:
     which no structural check can see.
     """
 
+    #: ``model``: a language model writes the plan (the simulated one errs as described above). ``rules``: the plan is
+    #: what a rule-based planner reads off the task's text (``rule_plan``; no model call, no cost, no error), the
+    #: fallback plan where it cannot; the ``error_*``, ``malformed_rate`` and ``confidence_*`` fields then do nothing.
+    mode: str = "model"
     error_rate: float = 0.4
     #: Relative weights of the error kinds, in the order of ``PLANNER_ERRORS``.
     error_weights: tuple[float, ...] = (0.5, 0.5, 0.5, 1.0, 1.5, 1.5, 1.0)
@@ -169,6 +180,7 @@ class PlannerConfig:
 
     def __post_init__(self) -> None:
         owner = "PlannerConfig"
+        _check_choice(owner, "mode", self.mode, PLANNER_MODES)
         _check_float(owner, "error_rate", self.error_rate, 0.0, 1.0)
         if isinstance(self.error_weights, list):
             object.__setattr__(self, "error_weights", tuple(self.error_weights))
@@ -196,8 +208,8 @@ class WorkerSpec:
     experience): ``skills`` (probability of doing a step of each type right when it has what it needs; for a
     lookup, of reading the right value off the right document), ``domain_skills`` (lookup reading skill per
     document domain, overriding ``skills["lookup"]``), the parametric memory (``memory_coverage``: share of
-    facts it remembers, ``memory_accuracy``: share of those it remembers right), ``format_drift`` and
-    ``abstain_rate``.
+    facts it remembers, ``memory_accuracy``: share of those it remembers right), ``format_drift``,
+    ``abstain_rate``, ``verdict_rate``, ``greedy`` and ``bare_window_rate``.
     """
 
     name: str
@@ -215,6 +227,16 @@ class WorkerSpec:
     abstain_rate: float = 0.3
     #: Documents its retriever returns per query (more context: better recall, more prompt tokens).
     top_k: int = 3
+    #: Probability that it gives a verdict when asked to verify (else it answers UNSURE); a small real model often
+    #: gives none. ``1.0`` (default): always, as the simulated verifiers did before this field existed.
+    verdict_rate: float = 1.0
+    #: Decodes greedily: answers the same request (question, inputs, documents) the same way at every call, whatever
+    #: its sampling seed, as a real model at temperature 0 does; asking again gains nothing. ``False`` (default): a
+    #: fresh draw per call.
+    greedy: bool = False
+    #: Probability that a reply step given a refund window as a bare number ("10", no unit) reads it as days, as a real
+    #: model does; ``0.0`` (default): the window must name days, else it abstains or writes a non-answer.
+    bare_window_rate: float = 0.0
 
     def __post_init__(self) -> None:
         owner = f"WorkerSpec({self.name!r})"
@@ -241,6 +263,9 @@ class WorkerSpec:
         _check_float(owner, "memory_accuracy", self.memory_accuracy, 0.0, 1.0)
         _check_float(owner, "format_drift", self.format_drift, 0.0, 1.0)
         _check_float(owner, "abstain_rate", self.abstain_rate, 0.0, 1.0)
+        _check_float(owner, "verdict_rate", self.verdict_rate, 0.0, 1.0)
+        _check_type(owner, "greedy", self.greedy, bool)
+        _check_float(owner, "bare_window_rate", self.bare_window_rate, 0.0, 1.0)
         _check_int(owner, "top_k", self.top_k, 1, 20)
 
     def lookup_skill(self, domain: str) -> float:
@@ -305,6 +330,37 @@ def default_workers() -> tuple[WorkerSpec, ...]:
             top_k=4,
         ),
     )
+
+
+def small_workers() -> tuple[WorkerSpec, ...]:
+    """The team of the ``EDO-Small-v0`` tier: :func:`default_workers` with a context size that matters to a small model.
+
+    A small model reads the one document it is given far better than the right one among several near-duplicates. The
+    two cheap small workers retrieve three documents (``top_k=3``: wide, shallow context), the analyst and the
+    generalist one (their best match only). Routing decides between cheap workers that often have the right document
+    among others, and dearer ones whose single document is right less often but is read well.
+    """
+    top_k = {"support_agent": 3, "wiki_agent": 3, "analyst": 1, "generalist": 1}
+    return tuple(dataclasses.replace(w, top_k=top_k[w.name]) for w in default_workers())
+
+
+def load_workers(path: str | os.PathLike) -> tuple[WorkerSpec, ...]:
+    """The team stored in a JSON file under ``"workers"`` (a list of ``WorkerSpec`` fields), e.g. a simulator calibrated
+    to a real model by ``benchmarks/calibrate_simulator.py``: ``gym.make(env_id, workers=load_workers(path))``.
+
+    :raises FileNotFoundError: when ``path`` does not exist.
+    :raises ValueError: when the file holds no ``"workers"`` list, or a worker is invalid (the field and why).
+    """
+    import json
+
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("workers"), list):
+        raise ValueError(f'{path}: expected a JSON object with a "workers" list of WorkerSpec fields')
+    return _coerce_workers(data["workers"])
 
 
 @dataclass(frozen=True)
@@ -456,6 +512,13 @@ class EDOConfig:
     rollback_tokens: int = 60
     #: Minimum similarity for fuzzy entity linking of an upstream answer (see ``edo_gym.world.text.EntityLinker``).
     entity_link_threshold: float = 0.85
+    #: How an upstream answer fills a lookup's question: ``whole`` (the answer text linked as one name; a sentence stays
+    #: as written) or ``mentions`` (else the one entity the sentence names beyond its own question's); see
+    #: ``ENTITY_LINKING_MODES``.
+    entity_linking: str = "whole"
+    #: Send a lookup the upstream answers it reads, as written, beside its question (which holds them filled in);
+    #: ``False``: the filled question only (a small model tends to repeat an input instead of reading its document).
+    lookup_inputs: bool = True
     illegal_action: str = "penalize"
     #: Number of past actions in the observation.
     history_len: int = 4
@@ -510,6 +573,8 @@ class EDOConfig:
         _check_type(owner, "enable_verify", self.enable_verify, bool)
         _check_int(owner, "rollback_tokens", self.rollback_tokens, 0, 100_000)
         _check_float(owner, "entity_link_threshold", self.entity_link_threshold, 0.0, 1.0, low_open=True)
+        _check_choice(owner, "entity_linking", self.entity_linking, ENTITY_LINKING_MODES)
+        _check_type(owner, "lookup_inputs", self.lookup_inputs, bool)
         _check_choice(owner, "illegal_action", self.illegal_action, ILLEGAL_ACTION_MODES)
         _check_int(owner, "history_len", self.history_len, 0, 64)
         _check_type(owner, "info_text", self.info_text, bool)

@@ -6,6 +6,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from edo_gym.config import small_workers
+
 ENTRY_POINT = "edo_gym.envs.edo_env:EDOEnv"
 
 #: id -> keyword arguments for ``EDOEnv`` (see ``EDOConfig.from_kwargs``). Flat ``section_field`` keys, so that
@@ -18,6 +20,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "EDO-Support-v0": {"tasks_families": ("support",)},
     "EDO-MultiHop-v0": {"tasks_families": ("multihop",)},
     "EDO-Analytics-v0": {"tasks_families": ("analytics",)},
+    # within a small local model's reach: one- and two-hop lookups and refund replies (no arithmetic), plans read off
+    # the task text by rules (a 135M model cannot write one), one document per retrieval, answers in sentences linked
+    # by the entity they name
+    "EDO-Small-v0": {
+        "tasks_families": ("multihop", "support"),
+        "tasks_min_hops": 1,
+        "tasks_max_hops": 2,
+        "planner_mode": "rules",
+        "enable_replan": False,
+        "entity_linking": "mentions",
+        "lookup_inputs": False,
+        "world_distractors_per_fact": 0,
+        "workers": small_workers(),
+    },
 }
 
 

@@ -19,7 +19,8 @@ from functools import lru_cache
 
 from edo_gym.config import DOMAINS, SUBTASK_TYPES
 from edo_gym.world.generator import RELATIONS
-from edo_gym.world.language import compute_instruction, parse_question, reply_instruction
+from edo_gym.world.language import compute_instruction, parse_noun_phrase, parse_question, question, reply_instruction
+from edo_gym.world.tasks import SUPPORT_TEXTS
 
 PLAN_FORMAT = (
     'JSON only: {"steps": [{"type": "lookup" | "compute" | "write", "domain": one of '
@@ -58,7 +59,8 @@ class PlanStep:
 
 @dataclass(frozen=True)
 class Plan:
-    """A validated plan. ``source`` is ``planner``, ``repaired`` or ``fallback``; ``confidence`` may be ``None``."""
+    """A validated plan. ``source`` is ``planner``, ``repaired``, ``fallback`` or ``rules`` (:func:`rule_plan`);
+    ``confidence`` may be ``None``."""
 
     steps: tuple[PlanStep, ...]
     confidence: float | None
@@ -173,6 +175,79 @@ _ANALYTICS = re.compile(
 _CUSTOMER = re.compile(r"\b(customer|ticket|reply|refund)\b", re.IGNORECASE)
 
 
+def _analytics_steps(text: str) -> tuple[PlanStep, ...] | None:
+    """One lookup per named store and a compute step over them, for a revenue question; ``None`` for other text."""
+    m = _ANALYTICS.match(text)
+    if not m:
+        return None
+    stores = [x.strip() for x in re.split(r",\s*|\s+and\s+", m.group("stores")) if x.strip()]
+    relation = RELATIONS.get(f"revenue_{m.group('month').lower()}")
+    if relation is None or not stores:
+        return None
+    steps = [PlanStep("lookup", relation.domain, relation.question.format(x=store), ()) for store in stores]
+    op = "sum" if m.group("what") == "combined" else "max"
+    refs = [f"{{{k}}}" for k in range(1, len(stores) + 1)]
+    steps.append(PlanStep("compute", relation.domain, compute_instruction(op, refs), tuple(range(len(stores)))))
+    return tuple(steps)
+
+
+def _chain_steps(relations: tuple[str, ...], subject: str) -> list[PlanStep]:
+    """Chained lookups: the first asks about ``subject``, each next one about the previous step's answer."""
+    return [
+        PlanStep("lookup", RELATIONS[rel].domain, question((rel,), subject if k == 0 else f"{{{k}}}"), (k - 1,) if k else ())
+        for k, rel in enumerate(relations)
+    ]
+
+
+def _support_patterns() -> list[tuple[re.Pattern[str], tuple[str, ...]]]:
+    chains = {"order": ("shipment", "carrier", "refund_window"), "shipment": ("carrier", "refund_window"),
+              "carrier": ("refund_window",)}  # fmt: skip
+    out = []
+    for start, texts in SUPPORT_TEXTS.items():
+        for template in texts:
+            pattern = "^" + re.escape(template).replace(re.escape("{x}"), r"(?P<x>.+?)") + "$"
+            out.append((re.compile(pattern), chains[start]))
+    return out
+
+
+_SUPPORT_PATTERNS: list[tuple[re.Pattern[str], tuple[str, ...]]] = []
+
+
+def rule_plan(task_text: str) -> Plan | None:
+    """The plan a rule-based planner writes from the task's text alone (``PlannerConfig.mode == "rules"``), or ``None``
+    when the text is of no form it knows.
+
+    It knows the forms of the three task families: a question "What is the <relation> of ... of <subject>?" becomes
+    one lookup per relation, innermost first, each reading the previous answer; a customer's refund question about
+    an order, a shipment or a carrier becomes the lookups from what the message names to the refund window, then
+    the written reply; a revenue question becomes one lookup per store and the sum or maximum. No model is called
+    and nothing hidden is read: these are the plans a team writes when its tasks come from known templates (and
+    the plans a small model cannot write; see the ``EDO-Small-v0`` tier).
+    """
+    text = task_text.strip()
+    steps = _analytics_steps(text)
+    if steps is not None:
+        return Plan(steps, None, "rules")
+    if text.startswith("What is ") and text.endswith("?"):
+        parsed = parse_noun_phrase(text[len("What is ") : -1])
+        if parsed is None:
+            return None
+        relations, subject = parsed
+        while (inner := parse_noun_phrase(subject)) is not None:  # the parser reads a few levels at a time
+            relations, subject = inner[0] + relations, inner[1]
+        return Plan(tuple(_chain_steps(relations, subject)), None, "rules")
+    if not _SUPPORT_PATTERNS:
+        _SUPPORT_PATTERNS.extend(_support_patterns())
+    for pattern, relations in _SUPPORT_PATTERNS:
+        m = pattern.match(text)
+        if m:
+            chain = _chain_steps(relations, m.group("x"))
+            n = len(chain)
+            reply = PlanStep("write", RELATIONS["refund_window"].domain, reply_instruction(f"{{{n}}}"), (n - 1,))
+            return Plan((*chain, reply), None, "rules")
+    return None
+
+
 def fallback_plan(task_text: str) -> Plan:
     """The plan used when the planner gives no valid plan twice: the shape the task's text asks for, read from the
     text alone (as a rule-based planner would; nothing hidden).
@@ -184,16 +259,9 @@ def fallback_plan(task_text: str) -> Plan:
     - anything else: one write step with the task text.
     """
     text = task_text.strip()
-    m = _ANALYTICS.match(text)
-    if m:
-        stores = [x.strip() for x in re.split(r",\s*|\s+and\s+", m.group("stores")) if x.strip()]
-        relation = RELATIONS.get(f"revenue_{m.group('month').lower()}")
-        if relation is not None and stores:
-            steps = [PlanStep("lookup", relation.domain, relation.question.format(x=store), ()) for store in stores]
-            op = "sum" if m.group("what") == "combined" else "max"
-            refs = [f"{{{k}}}" for k in range(1, len(stores) + 1)]
-            steps.append(PlanStep("compute", relation.domain, compute_instruction(op, refs), tuple(range(len(stores)))))
-            return Plan(tuple(steps), None, "fallback")
+    steps = _analytics_steps(text)
+    if steps is not None:
+        return Plan(steps, None, "fallback")
     instruction = text[:MAX_INSTRUCTION_CHARS]
     if _CUSTOMER.search(text):
         policies = RELATIONS["refund_window"].domain

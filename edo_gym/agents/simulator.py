@@ -27,6 +27,7 @@ import _random
 import math
 import operator
 import random
+import zlib
 from bisect import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -181,6 +182,8 @@ class SimulatedBackend:
         spec = self.specs.get(request.agent)
         if spec is None:
             raise ValueError(f"SimulatedBackend has no model for agent {request.agent!r}; known: {sorted(self.specs)}")
+        if spec.greedy:  # the same request, the same draws: seeded by its content, not by its sampling seed
+            rng = FastRNG(_content_seed(request))
         if request.role == "worker":
             reading = self.read(spec, request.instruction, request.inputs, request.documents, rng)
             text, source = reading.text, reading.source
@@ -281,8 +284,10 @@ class SimulatedBackend:
         return Reading(slip, "computed")
 
     def _write(self, spec: WorkerSpec, window: str, rng: RNG) -> Reading:
-        days = first_number(window)
-        if days is None or "day" not in window.lower():
+        said = durations(window)  # the window the input states, in days (not the first number of a sentence)
+        days = int(next(iter(said))) if len(said) == 1 else None
+        bare = days is not None and "day" not in window.lower()  # a number without a unit: days only to some readers
+        if days is None or (bare and not (spec.bare_window_rate > 0.0 and rng.random() < spec.bare_window_rate)):
             if rng.random() < spec.abstain_rate:
                 return Reading(ABSTAIN_TEXT, "abstain")
             return Reading("Please contact our support team about a refund.", "guess")
@@ -297,6 +302,8 @@ class SimulatedBackend:
         answer = request.answer
         if not normalize(answer) or normalize(answer) == normalize(ABSTAIN_TEXT):
             return "INCORRECT: there is no answer."
+        if spec.verdict_rate < 1.0 and rng.random() >= spec.verdict_rate:  # no draw at the default: runs unchanged
+            return "UNSURE: I cannot tell."
         own = self.read(spec, request.instruction, request.inputs, request.documents, rng)
         if own.source in ("abstain", "guess"):
             return "UNSURE: I cannot check this against anything I know."
@@ -414,6 +421,13 @@ _PLAN_TEXTS: dict[tuple, str] = {}
 _GOLD_PLANS: dict[int, tuple[Sequence[Task], dict[str, tuple[tuple[dict, ...], str]]]] = {}
 #: Task sequences whose gold-plan memos are kept at once (more: the registry starts afresh; live backends keep theirs).
 GOLD_PLAN_SEQUENCES = 16
+
+
+def _content_seed(request: LLMRequest) -> int:
+    """A seed from what a request asks (role, agent, instruction, inputs, documents, answer), not its sampling seed."""
+    text = "\x1f".join((request.role, request.agent, request.instruction, *request.inputs, "\x1e", *request.documents,
+                        "\x1e", request.answer))  # fmt: skip
+    return zlib.crc32(text.encode())
 
 
 def _shared_gold_plans(tasks: Sequence[Task]) -> dict[str, tuple[tuple[dict, ...], str]]:

@@ -42,6 +42,12 @@ package version, and result files record it.
   The observation gains the pointer-free view (``current``, ``last``, ``tried``; see
   :mod:`edo_gym.envs.observation`): the same dynamics and rewards, more keys. ``focus_view=False`` gives the earlier
   observation space; a model trained on it is refused by an env without that setting, with an error that says so.
+  New tier ``EDO-Small-v0`` (tasks within a small local model's reach) and the options it is made of, all off in the
+  other ids: ``PlannerConfig.mode="rules"`` (plans read off the task text, no planner call), ``entity_linking=
+  "mentions"`` (a sentence answer fills the next question with the entity it names), ``lookup_inputs=False``,
+  ``WorkerSpec.verdict_rate`` (a verifier that often gives no verdict, for simulators calibrated to a real model).
+  An entity answer that names several entities is graded on those of the kind asked for ("the birthplace of Elsa
+  Novak is Morven" states the city Morven); the other ids' trajectories are unchanged (their stored digests pass).
 - 0.2.0: one text-only LLM protocol; workers read the documents they retrieve; ``verify(w)`` is a charged call per
   worker; the planner makes shape-keeping errors; no hidden state in the observation or ``info``; answers
   normalised for real-model phrasing; ``info["anchor_key"]`` added.
@@ -71,6 +77,7 @@ from edo_gym.agents.planner import (
     fallback_plan,
     parse_plan,
     plan_schema,
+    rule_plan,
 )
 from edo_gym.agents.protocol import LLMBackend
 from edo_gym.agents.simulator import SimulatedBackend
@@ -82,7 +89,7 @@ from edo_gym.envs.viewer import draw_trace
 from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.store import RetrievalService
 from edo_gym.world.generator import World
-from edo_gym.world.grading import StepTruth, execute_plan, grade_final, is_correct
+from edo_gym.world.grading import StepTruth, entity_index, execute_plan, grade_final, is_correct
 from edo_gym.world.language import fill, parse_question, placeholders
 from edo_gym.world.tasks import Task, TaskPool
 from edo_gym.world.text import first_number
@@ -216,6 +223,8 @@ class EDOEnv(gym.Env):
             for i, spec in enumerate(cfg.workers)
         ]
         self.linker = self.world.linker(cfg.entity_link_threshold)
+        self._link_mentions = cfg.entity_linking == "mentions"
+        self._lookup_inputs = cfg.lookup_inputs
         self._task_vectors = self.service.lazy_texts("tasks", task_texts)
         self._task_features = self._make_task_features()
 
@@ -404,8 +413,12 @@ class EDOEnv(gym.Env):
         self._pending_price += price * cost.tokens
 
     def _make_plan(self) -> tuple[Plan, CallCost]:
-        """Ask the planner (one repair attempt, then the fallback plan); every attempt is charged."""
+        """Ask the planner (one repair attempt, then the fallback plan); every attempt is charged. With
+        ``PlannerConfig.mode == "rules"`` the plan is :func:`rule_plan`'s (the fallback plan where it has none), free."""
         total = CallCost()
+        if self.config.planner.mode == "rules":
+            self._plan_status(0, "", failed=False)
+            return rule_plan(self.task.text) or fallback_plan(self.task.text), total
         error = ""
         attempts = 0
         call_error = ""
@@ -707,8 +720,12 @@ class EDOEnv(gym.Env):
             text = r.text.strip()
             if link:  # fuzzy entity linking of the upstream answer, as the framework's parser would do
                 linked = self.linker.link(text)
+                if linked is None and self._link_mentions:
+                    linked = self._mentioned(text, r.instruction)
                 text = linked if linked is not None else text.rstrip(".")
             values[k] = text
+        if link and not self._lookup_inputs:  # the question holds the linked answers: nothing else is sent
+            inputs = ()
         return fill(step.instruction, values), inputs
 
     def _dispatch(self, w: int, retrieve: bool) -> CallCost:
@@ -726,7 +743,7 @@ class EDOEnv(gym.Env):
         if record.failed:  # charged, but the step stays undone
             self.failed_calls += 1
         else:
-            record.linked = self._answer_linked(record.text)
+            record.linked = self._answer_linked(record.text, record.instruction)
             self.results[i] = record
             self._touch(i)
             self.verdicts[i] = []
@@ -786,8 +803,16 @@ class EDOEnv(gym.Env):
         return self.score
 
     # -- observation --------------------------------------------------------------------------------------------
-    def _answer_linked(self, text: str) -> bool:
-        return self.linker.link(text) is not None or first_number(text) is not None
+    def _answer_linked(self, text: str, instruction: str = "") -> bool:
+        if self.linker.link(text) is not None or first_number(text) is not None:
+            return True
+        return self._link_mentions and self._mentioned(text, instruction) is not None
+
+    def _mentioned(self, text: str, question: str) -> str | None:
+        """The one entity ``text`` names that ``question`` (the step it answers) does not, or ``None``."""
+        index = entity_index(self.world)
+        names = index.mentions(text) - index.mentions(question)
+        return next(iter(names)) if len(names) == 1 else None
 
     def _count(self, w: int, column: int) -> None:
         """Add one to worker ``w``'s count ``column`` (calls, abstentions, flagged, confirmed, verifications) and to its

@@ -158,14 +158,18 @@ def entity_index(world: World) -> EntityIndex:
 
 
 def key_values(world: World, kind: str, text: str, context: str = "") -> frozenset:
-    """The key values of ``kind`` that ``text`` states (see the module docstring); for entities, the names mentioned
-    in ``context`` (the question) are left out, unless ``text`` names nothing else."""
+    """The key values of ``kind`` that ``text`` states (see the module docstring): for entities, the names of that
+    kind it mentions (a city asked for: "the birthplace of Elsa Novak is Morven" states Morven), less the names
+    mentioned in ``context`` (the question) unless ``text`` names nothing else."""
     if kind in _NUMERIC_READERS:
         return _NUMERIC_READERS[kind](text)
     if kind not in VALUE_KINDS:
         raise ValueError(f"unknown value kind {kind!r}; allowed: {list(VALUE_KINDS)}")
     index = entity_index(world)
     named = index.mentions(text)
+    if len(named) > 1:
+        kind_of = index.kind_of
+        named = frozenset(name for name in named if kind_of.get(name) == kind)
     asked = index.mentions(context) if context else frozenset()
     rest = named - asked
     return rest if rest else named

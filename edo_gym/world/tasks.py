@@ -38,6 +38,12 @@ _SUPPORT_TEXTS = (
 )
 _SUPPORT_TEXTS_SHIPMENT = ("Customer message: 'Shipment {x} is late. How long can I claim a refund?' Write the reply.",)
 _SUPPORT_TEXTS_CARRIER = ("Customer message: 'My parcel with {x} is late. What is the refund deadline?' Write the reply.",)
+#: The support texts by what the customer's message names (an order, a shipment or a carrier).
+SUPPORT_TEXTS: dict[str, tuple[str, ...]] = {
+    "order": _SUPPORT_TEXTS,
+    "shipment": _SUPPORT_TEXTS_SHIPMENT,
+    "carrier": _SUPPORT_TEXTS_CARRIER,
+}
 REPLY_TEMPLATE = "You can request a refund within {v}."
 
 

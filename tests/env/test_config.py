@@ -7,6 +7,7 @@ keys ``TypeError``, all at ``gym.make`` time; a missing embedding model raises
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import gymnasium as gym
@@ -47,6 +48,8 @@ INVALID_VALUES = [
     ({"history_len": 65}, "EDOConfig.history_len", "[0, 64]"),
     ({"illegal_action": "ignore"}, "EDOConfig.illegal_action", "['penalize', 'raise']"),
     ({"retrieval_decider": "planner"}, "EDOConfig.retrieval_decider", "['orchestrator', 'worker']"),
+    ({"planner_mode": "oracle"}, "PlannerConfig.mode", "['model', 'rules']"),
+    ({"entity_linking": "fuzzy"}, "EDOConfig.entity_linking", "['whole', 'mentions']"),
     ({"retrieval_mode": "bogus"}, "RetrievalConfig.mode", "['shared', 'per_worker']"),
     ({"retrieval_model": ""}, "RetrievalConfig.model", "empty"),
     ({"retrieval_query_cache_size": 0}, "RetrievalConfig.query_cache_size", "[1, 10000000]"),
@@ -78,6 +81,7 @@ WRONG_TYPES = [
     ({"tasks": 3}, "tasks must be a TaskConfig or a dict"),
     ({"reward": [("token_weight", 0.1)]}, "reward must be a RewardConfig or a dict"),
     ({"workers": "support_agent"}, "workers must be a list"),
+    ({"lookup_inputs": "no"}, "lookup_inputs"),
     ({"workers": [42]}, "workers[] must be a WorkerSpec or a dict"),
     ({"config": {"max_steps": 3}}, "config must be an EDOConfig"),
 ]
@@ -144,6 +148,9 @@ def test_every_variant_applies_its_settings(env_id):
     try:
         config = env.unwrapped.config
         for name, value in VARIANTS[env_id].items():
+            if name in {f.name for f in fields(EDOConfig)}:  # a top-level field ("workers", "enable_replan")
+                assert getattr(config, name) == value, name
+                continue
             # nested ({"tasks": {"max_hops": 2}}) or flat ("tasks_max_hops": 2) form
             section, _, key = name.partition("_")
             overrides = value if isinstance(value, dict) else {key: value}

@@ -1,0 +1,181 @@
+"""The ``EDO-Small-v0`` tier and the options it is made of: plans written by rules, answers linked by the entity they
+mention, lookups sent without their raw inputs, a team whose context size differs."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import edo_gym  # noqa: F401  (registers the ids)
+from baselines.heuristics import make_heuristic
+from edo_gym.agents.planner import fallback_plan, rule_plan
+from edo_gym.agents.protocol import LLMRequest, LLMResponse
+from edo_gym.config import default_workers, small_workers
+from edo_gym.world.language import parse_question
+
+
+def test_small_tier_settings():
+    env = gym.make("EDO-Small-v0")
+    try:
+        cfg = env.unwrapped.config
+        assert cfg.planner.mode == "rules" and cfg.entity_linking == "mentions" and cfg.lookup_inputs is False
+        assert set(cfg.tasks.families) == {"multihop", "support"} and (cfg.tasks.min_hops, cfg.tasks.max_hops) == (1, 2)
+        assert not cfg.enable_replan and cfg.world.distractors_per_fact == 0
+        assert [w.top_k for w in cfg.workers] == [3, 3, 1, 1]
+        # the same team otherwise: only the context size differs
+        for small, default in zip(small_workers(), default_workers(), strict=True):
+            assert (small.name, small.shard, small.price, small.skills) == (default.name, default.shard, default.price,
+                                                                            default.skills)  # fmt: skip
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("env_id", ["EDO-v0", "EDO-Hard-v0"])
+def test_rule_plans_are_faithful_for_every_family_and_cost_nothing(env_id):
+    """With ``planner_mode="rules"`` every task's plan is read off its text: faithful (executed on the true facts it
+    gives the gold answer), labelled right, and no planner call is made or charged."""
+    env = gym.make(env_id, planner_mode="rules", tasks_split="test")
+    try:
+        base = env.unwrapped
+        families = set()
+        for task_id in range(30):
+            env.reset(seed=task_id, options={"task_id": task_id})
+            hidden = base.hidden_state()
+            assert base.plan.source == "rules", base.task.text
+            assert hidden["plan_faithful"] and not any(hidden["label_wrong"]), base.task.text
+            assert len(base.plan.steps) == len(base.task.subtasks)
+            families.add(base.task.family)
+        assert families == {"support", "multihop", "analytics"}
+        assert base.backend.calls == 0  # the simulated planner was never asked
+        env.step(base.A_SUBMIT)
+        assert base.tokens == 0  # nothing charged for the plan
+    finally:
+        env.close()
+
+
+def test_rule_plan_knows_only_the_task_forms():
+    assert rule_plan("Tell me a joke.") is None
+    assert rule_plan("What is love?") is None  # a question, but no relation chain it can read
+    assert fallback_plan("Tell me a joke.").source == "fallback"
+
+
+class SentenceBackend:
+    """The simulated models, with each worker answer written as a sentence that names the question's subject too."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.requests: list[LLMRequest] = []
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        reply = self.inner.complete(request)
+        if request.role != "worker":
+            return reply
+        self.requests.append(request)
+        parsed = parse_question(request.instruction)
+        subject = parsed[1] if parsed else "it"
+        return LLMResponse(f"As for {subject}, the answer is {reply.text}.", confidence=reply.confidence)
+
+
+def _second_hop_request(linking: str, lookup_inputs: bool) -> tuple[LLMRequest, str]:
+    env = gym.make("EDO-Small-v0", tasks_split="test", entity_linking=linking, lookup_inputs=lookup_inputs)
+    try:
+        base = env.unwrapped
+        env.reset(seed=0)
+        base.caller.backend = backend = SentenceBackend(base.backend)
+        task_id = next(i for i in range(base.num_tasks) if base.pool.tasks[base.pool.ids[i]].family == "multihop"
+                       and base.pool.tasks[base.pool.ids[i]].hops == 2)  # fmt: skip
+        obs, info = env.reset(seed=0, options={"task_id": task_id})
+        oracle = make_heuristic("oracle")
+        oracle.reset(obs, info)
+        done = False
+        while not done and len({r.instruction for r in backend.requests}) < 2:
+            obs, _, terminated, truncated, info = env.step(oracle.act_hidden(obs, info, base.hidden_state()))
+            done = terminated or truncated
+        first_answer = base.task.subtasks[0].answer
+        return backend.requests[-1], first_answer
+    finally:
+        env.close()
+
+
+def test_mentions_linking_fills_the_next_question_with_the_named_entity():
+    request, first_answer = _second_hop_request("mentions", lookup_inputs=False)
+    parsed = parse_question(request.instruction)
+    assert parsed is not None and parsed[1] == first_answer, request.instruction
+    assert request.inputs == ()  # the question holds the answer: the raw sentence is not sent as well
+
+
+def test_whole_linking_leaves_a_sentence_as_written():
+    request, first_answer = _second_hop_request("whole", lookup_inputs=True)
+    parsed = parse_question(request.instruction)
+    assert parsed is None or parsed[1] != first_answer
+    assert "the answer is" in request.instruction and len(request.inputs) == 1
+
+
+def _simulator(team):
+    env = gym.make("EDO-Small-v0", workers=team)
+    base = env.unwrapped
+    from edo_gym.agents.simulator import SimulatedBackend
+
+    return env, SimulatedBackend(base.world, team, base.config.planner, base.pool.tasks)
+
+
+def _lookup_request(env, seed: int) -> LLMRequest:
+    base = env.unwrapped
+    person = base.world.entities["person"][0]
+    return LLMRequest("worker", "wiki_agent", "system", "task", f"Who is the mentor of {person}?", seed=seed)
+
+
+def test_greedy_workers_answer_a_request_the_same_way_whatever_its_seed():
+    import dataclasses
+
+    noisy = tuple(dataclasses.replace(w, memory_coverage=0.0, abstain_rate=0.5) for w in small_workers())
+    env, sim = _simulator(noisy)
+    try:
+        assert len({sim.complete(_lookup_request(env, seed)).text for seed in range(40)}) > 1  # fresh draws
+        greedy = tuple(dataclasses.replace(w, greedy=True) for w in noisy)
+        env2, sim2 = _simulator(greedy)
+        assert len({sim2.complete(_lookup_request(env, seed)).text for seed in range(40)}) == 1
+        env2.close()
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(("rate", "right"), [(0.0, False), (1.0, True)])
+def test_bare_window_rate_decides_whether_a_bare_number_is_read_as_days(rate, right):
+    import dataclasses
+
+    from edo_gym.world.language import reply_instruction
+
+    team = tuple(
+        dataclasses.replace(w, skills={**w.skills, "write": 1.0}, bare_window_rate=rate, format_drift=0.0)
+        for w in small_workers()
+    )
+    env, sim = _simulator(team)
+    try:
+        request = LLMRequest("worker", "support_agent", "system", "task", reply_instruction("10"), inputs=("10",))
+        replies = {sim.complete(dataclasses.replace(request, seed=seed)).text for seed in range(10)}
+        assert (replies == {"You can request a refund within 10 days."}) is right, replies
+    finally:
+        env.close()
+
+
+def test_load_workers_reads_a_team_and_says_what_is_wrong(tmp_path):
+    import dataclasses
+    import json
+
+    from edo_gym.config import load_workers
+
+    path = tmp_path / "team.json"
+    path.write_text(json.dumps({"workers": [dict(dataclasses.asdict(w), shard=list(w.shard)) for w in small_workers()]}))
+    assert load_workers(path) == small_workers()
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        load_workers(path)
+    path.write_text(json.dumps({"team": []}))
+    with pytest.raises(ValueError, match='"workers" list'):
+        load_workers(path)
+    path.write_text(json.dumps({"workers": [{"name": "w", "size": "huge", "shard": ["orders"], "skills": {}}]}))
+    with pytest.raises(ValueError, match="size"):
+        load_workers(path)
+    with pytest.raises(FileNotFoundError):
+        load_workers(tmp_path / "missing.json")
