@@ -14,11 +14,24 @@ Usage::
     python benchmarks/sim_to_real.py --llm-cache-mode replay   # offline, from the committed recording
     python benchmarks/sim_to_real.py --base-url http://127.0.0.1:8000/v1 --model my-model --out-dir /tmp/s2r
 
-Resumable: one record per (backend, policy) under ``<out-dir>/records/sim_to_real/``; a rerun skips finished ones
-(``--force`` reruns them). Results: ``<out-dir>/sim_to_real.{json,md}``. JSON keys: ``settings``, ``results``
-(backend -> policy -> EvalResult fields plus ``planner_fallback_rate``, ``failed_calls_per_episode``,
-``router_fallbacks``, ``backend_calls``), ``deltas`` (policy -> real minus simulated success, tokens, calls,
-latency_s), ``policy_model``.
+Tiers (``--env``): ``EDO-v0`` and ``EDO-Small-v0`` (tasks within a small model's reach). Where
+``benchmarks/calibrate_simulator.py`` has fitted the tier's team to the real model (``<out-dir>/calibration/<env>.json``,
+or ``--calibration PATH``), a third backend, ``calibrated``, runs the simulator with that team, the policy
+``grpo_calibrated`` is GRPO trained in it, and the real model runs with that team too: the same shards, prices and
+``top_k`` (so the same requests), with the fitted skills as the hidden state the oracle ranks workers by.
+
+    python benchmarks/calibrate_simulator.py --env EDO-Small-v0
+    python benchmarks/sim_to_real.py --env EDO-Small-v0 --episodes 60 \
+        --policies static_pipeline oracle rule_based grpo grpo_calibrated greedy_router random
+
+Resumable: one record per (backend, policy) under ``<out-dir>/records/sim_to_real/`` (``.../<env>/`` for tiers other
+than EDO-v0), with the run's settings in ``run.json``; a rerun skips finished ones (``--force`` reruns them). Results:
+``<out-dir>/sim_to_real.{json,md}``. JSON keys: ``settings``, ``results`` (EDO-v0's: backend -> policy -> EvalResult
+fields plus ``planner_fallback_rate``, ``failed_calls_per_episode``, ``router_fallbacks``, ``backend_calls``),
+``deltas`` (policy -> real minus simulated success, tokens, calls, latency_s), ``policy_model``, and ``tiers`` (env id
+-> ``settings``, ``policies.<name>.<backend>.{success,return,tokens,calls,success_ci95}``,
+``kendall_tau.{simulated,calibrated}`` (rank agreement of the policies' success with the real model's),
+``success_mae.{simulated,calibrated}``).
 """
 
 from __future__ import annotations
@@ -45,9 +58,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 NAME = "sim_to_real"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-BACKENDS = ("simulated", "real")
+#: ``calibrated``: the simulator with the team fitted to the real model by ``benchmarks/calibrate_simulator.py``.
+BACKENDS = ("simulated", "calibrated", "real")
+#: Backends that are simulators (compared with ``real`` in ``tiers.<id>``).
+SIM_BACKENDS = ("simulated", "calibrated")
+#: The env whose rows are the top-level ``results`` (the other tiers are under ``tiers``).
+MAIN_ENV = "EDO-v0"
+#: Tiers the results collect (every registered id a run has records of).
+TIERS = ("EDO-v0", "EDO-Small-v0")
+#: The settings of an env's last run, beside its records.
+RUN_FILE = "run.json"
 #: ``llm_router`` needs a language model: it runs with the real backend only.
-DEFAULT_POLICIES = (*HEURISTICS, "grpo", "llm_router")
+#: ``grpo_calibrated``: GRPO trained (TrainConfig's defaults) in the calibrated simulator.
+DEFAULT_POLICIES = (*HEURISTICS, "grpo", "grpo_calibrated", "llm_router")
+#: The GRPO policies, by the simulator they are trained in.
+GRPO_POLICIES = ("grpo", "grpo_calibrated")
 
 
 class CallLedger(gym.Wrapper):
@@ -71,8 +96,14 @@ class CallLedger(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def policy_model_path(out_dir: Path, given: str | None) -> Path:
-    """The GRPO policy to evaluate: ``given``, else the one trained here (training it first when missing)."""
+def calibration_file(out_dir: Path, env_id: str) -> Path:
+    """Where ``benchmarks/calibrate_simulator.py`` writes the team it fitted for ``env_id``."""
+    return out_dir / "calibration" / f"{env_id}.json"
+
+
+def policy_model_path(out_dir: Path, given: str | None, env_id: str = "EDO-v0", workers_file: Path | None = None) -> Path:
+    """The GRPO policy to evaluate: ``given``, else the one trained here on ``env_id`` with the simulator (with the team
+    in ``workers_file`` when given: the calibrated simulator), training it first when missing."""
     if given is not None:
         path = Path(given)
         if not path.is_file():
@@ -80,7 +111,12 @@ def policy_model_path(out_dir: Path, given: str | None) -> Path:
         return path
     from baselines.training import TrainConfig, train
 
-    cfg = TrainConfig(output_dir=str(out_dir / NAME), eval_episodes=0)
+    if workers_file is None:
+        cfg = TrainConfig(env_id=env_id, output_dir=str(out_dir / NAME), eval_episodes=0)
+    else:
+        workers = json.loads(workers_file.read_text())["workers"]
+        cfg = TrainConfig(env_id=env_id, env_kwargs={"workers": workers}, output_dir=str(out_dir / NAME / "calibrated"),
+                          eval_episodes=0)  # fmt: skip
     if not cfg.model_path.is_file():
         print(f"Training the simulation policy with TrainConfig's defaults ({cfg.total_timesteps} steps) ...", flush=True)
         _, result = train(cfg)
@@ -88,13 +124,18 @@ def policy_model_path(out_dir: Path, given: str | None) -> Path:
     return cfg.model_path
 
 
-def evaluate_one(policy: str, backend: Any, args: argparse.Namespace, model_path: Path | None) -> dict[str, Any]:
-    """One policy on the held-out tasks with one backend: EvalResult fields plus the ledger's counts."""
+def evaluate_one(
+    policy: str, backend: Any, args: argparse.Namespace, model_path: Path | None, workers: Any = None
+) -> dict[str, Any]:
+    """One policy on the held-out tasks with one backend (``workers``: the calibrated team, for the calibrated
+    simulator): EvalResult fields plus the ledger's counts."""
     kwargs: dict[str, Any] = {"info_text": policy == "llm_router"}
     if backend is not None:
         kwargs["backend"] = backend
+    if workers is not None:
+        kwargs["workers"] = workers
     model = None
-    if policy == "grpo":
+    if policy in GRPO_POLICIES:
         from baselines.training import load_model
         from edo_gym.envs.observation import observation_layout
 
@@ -110,7 +151,7 @@ def evaluate_one(policy: str, backend: Any, args: argparse.Namespace, model_path
         task_ids = heldout_task_ids(env, args.episodes)
         t0 = time.perf_counter()
         if model is not None:
-            result: EvalResult = evaluate_model(model, env, task_ids, seed=args.seed, name="grpo", progress=True)
+            result: EvalResult = evaluate_model(model, env, task_ids, seed=args.seed, name=policy, progress=True)
         elif policy == "llm_router":
             from baselines.llm_router import LLMRouter
 
@@ -168,6 +209,64 @@ def real_backend(args: argparse.Namespace):
                                 mode=args.llm_cache_mode)  # fmt: skip
         stack.callback(backend.close)
         yield backend, info
+
+
+def record_dir(out_dir: Path, env_id: str) -> Path:
+    """Where the records of ``env_id``'s rows are kept (EDO-v0's at the top, as before tiers existed)."""
+    base = out_dir / "records" / NAME
+    return base if env_id == MAIN_ENV else base / env_id
+
+
+def load_tier(out_dir: Path, env_id: str) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]] | None:
+    """``(run settings, backend -> policy -> row)`` of ``env_id``'s last run, or ``None`` when it has none."""
+    folder = record_dir(out_dir, env_id)
+    run_file = folder / RUN_FILE
+    if not run_file.is_file():
+        return None
+    run = json.loads(run_file.read_text())
+    records: dict[str, dict[str, dict[str, Any]]] = {}
+    for backend in BACKENDS:
+        for policy in run["policies"]:
+            path = folder / f"{backend}-{policy}-n{run['episodes']}-s{run['seed']}.json"
+            if path.is_file():
+                records.setdefault(backend, {})[policy] = json.loads(path.read_text())["row"]
+    return run, records
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float | None:
+    """Kendall's tau-b between two rankings of the same items (``None`` for fewer than 2 items or a constant side)."""
+    if len(a) < 2:
+        return None
+    from scipy.stats import kendalltau
+
+    tau = kendalltau(a, b).statistic
+    return None if tau != tau else float(tau)  # NaN: one side constant
+
+
+def tier_summary(run: dict[str, Any], records: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """``tiers.<id>``: per policy and backend success, return and tokens; and how well each simulator ranks the policies
+    as the real model does (Kendall tau of success) and how far off its success is (mean absolute error)."""
+    policies: dict[str, dict[str, dict[str, float]]] = {}
+    for backend, rows in records.items():
+        for policy, row in rows.items():
+            policies.setdefault(policy, {})[backend] = {
+                "success": row["success_rate"],
+                "return": row["mean_return"],
+                "tokens": row["tokens"],
+                "calls": row["calls"],
+                "success_ci95": row["success_ci95"],
+            }
+    tau: dict[str, float | None] = {}
+    mae: dict[str, float | None] = {}
+    for sim in SIM_BACKENDS:
+        both = [p for p, by in policies.items() if sim in by and "real" in by]
+        s_vals = [policies[p][sim]["success"] for p in both]
+        r_vals = [policies[p]["real"]["success"] for p in both]
+        if not both:
+            continue
+        tau[sim] = kendall_tau(s_vals, r_vals)
+        mae[sim] = sum(abs(x - y) for x, y in zip(s_vals, r_vals, strict=True)) / len(both)
+    return {"settings": run, "policies": policies, "kendall_tau": tau, "success_mae": mae}
 
 
 def summarise(records: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
@@ -240,7 +339,58 @@ def markdown(payload: dict[str, Any]) -> str:
                 "(!) language-model calls failed in these rows (kept with --allow-failures): each failed call counts as a "
                 f"failure of its step. The first: {first}",
             ]
+    for tier, t in payload.get("tiers", {}).items():
+        ts = t["settings"]
+        lines += ["", f"## Tier {tier}", ""]
+        if tier != s["env"]:
+            lines += [
+                f"`{ts['command']}` on {ts['machine']}.",
+                f"{ts['episodes']} held-out tasks of {tier} (test split), seed {ts['seed']}; real model: "
+                f"{ts['real']['model']} ({ts['real']['server']}), cache {ts['llm_cache_mode']} mode. GRPO policy: "
+                f"`{ts.get('policy_model')}` (trained on {tier} with the simulator, TrainConfig's defaults).",
+                "",
+                "| policy | backend | success (95% CI) | return | tokens/ep | calls/ep |",
+                "|---|---|---|---|---|---|",
+            ]
+            for policy, by in t["policies"].items():
+                for backend in BACKENDS:
+                    r = by.get(backend)
+                    if r is not None:
+                        lo, hi = r["success_ci95"]
+                        lines.append(
+                            f"| {policy} | {backend} | {r['success']:.3f} ({lo:.2f}-{hi:.2f}) | {r['return']:+.3f} | "
+                            f"{r['tokens']:.0f} | {r['calls']:.1f} |"
+                        )
+            lines.append("")
+        for sim in SIM_BACKENDS:
+            if sim in t["kendall_tau"]:
+                tau = t["kendall_tau"][sim]
+                lines.append(
+                    f"The {sim} backend against the real model, over the policies run with both: Kendall tau of success "
+                    f"{'n/a' if tau is None else f'{tau:+.2f}'}, mean absolute success error {t['success_mae'][sim]:.3f}."
+                )
     return "\n".join(lines) + "\n"
+
+
+def build_payload(
+    out_dir: Path, env_id: str, run: dict[str, Any], records: dict[str, dict[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    """The results: EDO-v0's rows at the top (``settings``, ``results``, ``deltas``, ``policy_model``; the env just run
+    when EDO-v0 has no run yet), every tier with a run under ``tiers``."""
+    tiers = {}
+    for tier in TIERS:
+        loaded = (run, records) if tier == env_id else load_tier(out_dir, tier)
+        if loaded is not None:
+            tiers[tier] = tier_summary(*loaded)
+    main_run, main_records = (run, records) if env_id == MAIN_ENV else (load_tier(out_dir, MAIN_ENV) or (run, records))
+    settings = {k: v for k, v in main_run.items() if k != "policy_model"}
+    return {
+        "settings": settings,
+        "policy_model": main_run.get("policy_model"),
+        "results": main_records,
+        "deltas": summarise(main_records),
+        "tiers": tiers,
+    }
 
 
 def failed_calls(records: dict[str, dict[str, dict[str, Any]]]) -> tuple[int, str]:
@@ -255,8 +405,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", default="EDO-v0")
     p.add_argument("--episodes", type=int, default=20, help="held-out tasks (default: 20)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), help=f"default: {' '.join(DEFAULT_POLICIES)}")
-    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        default=None,
+        help=f"of {' '.join(DEFAULT_POLICIES)} (default: all; grpo_calibrated where a calibration exists)",
+    )
+    p.add_argument(
+        "--backends", nargs="+", choices=BACKENDS, default=None, help="default: all (calibrated where a calibration exists)"
+    )
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        help="the calibrated team (default: <out-dir>/calibration/<env>.json, written by calibrate_simulator.py)",
+    )
     p.add_argument("--policy-model", default=None, help="a saved GRPO model (default: train one with TrainConfig's defaults)")
     p.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: start the bundled SmolLM2)")
     p.add_argument("--model", default=None, help="model name to request")
@@ -272,24 +435,41 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.episodes < 1:
         p.error(f"--episodes must be >= 1, got {args.episodes}")
+    if args.calibration is None:
+        args.calibration = calibration_file(args.out_dir, args.env)
+    calibrated = args.calibration.is_file()
+    if args.policies is None:
+        args.policies = [pol for pol in DEFAULT_POLICIES if calibrated or pol != "grpo_calibrated"]
+    if args.backends is None:
+        args.backends = [b for b in BACKENDS if calibrated or b != "calibrated"]
+    if not calibrated and ("calibrated" in args.backends or "grpo_calibrated" in args.policies):
+        p.error(f"no calibration at {args.calibration}: run benchmarks/calibrate_simulator.py --env {args.env} first")
     unknown = sorted(set(args.policies) - set(DEFAULT_POLICIES))
     if unknown:
         p.error(f"unknown policies {unknown}; choose from {list(DEFAULT_POLICIES)}")
     if args.llm_cache is None:  # a directory: the cache is <out-dir>/sim_to_real/llm_cache/llm_cache.sqlite
         (args.out_dir / NAME / "llm_cache").mkdir(parents=True, exist_ok=True)
         args.llm_cache = str(args.out_dir / NAME / "llm_cache")
-    record_dir = args.out_dir / "records" / NAME
-    record_dir.mkdir(parents=True, exist_ok=True)
+    if args.env not in TIERS:
+        p.error(f"--env must be one of the tiers {list(TIERS)}, got {args.env!r}")
+    records_at = record_dir(args.out_dir, args.env)
+    records_at.mkdir(parents=True, exist_ok=True)
 
-    model_path = policy_model_path(args.out_dir, args.policy_model) if "grpo" in args.policies else None
+    workers = json.loads(args.calibration.read_text())["workers"] if calibrated else None
+    model_paths = {}
+    if "grpo" in args.policies:
+        model_paths["grpo"] = policy_model_path(args.out_dir, args.policy_model, args.env)
+    if "grpo_calibrated" in args.policies:
+        model_paths["grpo_calibrated"] = policy_model_path(args.out_dir, None, args.env, args.calibration)
+    model_path = model_paths.get("grpo")
     records: dict[str, dict[str, dict[str, Any]]] = {}
     real_info: dict[str, Any] = {}
     for backend_name in args.backends:
-        todo = [pol for pol in args.policies if not (backend_name == "simulated" and pol == "llm_router")]
+        todo = [pol for pol in args.policies if not (backend_name != "real" and pol == "llm_router")]
         with contextlib.ExitStack() as stack:
             backend = None
             for policy in todo:
-                path = record_dir / f"{backend_name}-{policy}-n{args.episodes}-s{args.seed}.json"
+                path = records_at / f"{backend_name}-{policy}-n{args.episodes}-s{args.seed}.json"
                 if path.is_file() and not args.force:
                     records.setdefault(backend_name, {})[policy] = json.loads(path.read_text())["row"]
                     print(f"[{backend_name}] {policy}: finished earlier ({path.name})", flush=True)
@@ -300,7 +480,10 @@ def main(argv: list[str] | None = None) -> int:
                     except (ValueError, FileNotFoundError, LLMBackendError) as exc:
                         print(f"error: {exc}", file=sys.stderr)
                         return 2
-                row = evaluate_one(policy, backend, args, model_path)
+                # the real model runs with the calibrated team too: the same shards, prices and top_k (the same requests),
+                # and the fitted skills as the hidden state the oracle ranks workers by
+                row = evaluate_one(policy, backend, args, model_paths.get(policy),
+                                   workers if backend_name != "simulated" else None)  # fmt: skip
                 if row.get("backend_calls", {}).get("failed") and not args.allow_failures:
                     print(
                         f"[{backend_name}] {policy}: first failed language-model call:\n  {row['first_error']}",
@@ -319,22 +502,20 @@ def main(argv: list[str] | None = None) -> int:
                     f"calls {row['calls']:.1f}, latency {row['latency_s']:.1f} s/ep ({row['eval_wall_s']:.0f} s)",
                     flush=True,
                 )
-    payload = {
-        "settings": {
-            "env": args.env,
-            "episodes": args.episodes,
-            "seed": args.seed,
-            "policies": args.policies,
-            "llm_cache_mode": args.llm_cache_mode,
-            "real": real_info
-            or {"model": args.model or "SmolLM2-135M-Instruct-Q4_1", "server": "(all records finished earlier)"},
-            "command": command_line(),
-            "machine": machine_line(),
-        },
+    run = {
+        "env": args.env,
+        "episodes": args.episodes,
+        "seed": args.seed,
+        "policies": args.policies,
+        "llm_cache_mode": args.llm_cache_mode,
+        "real": real_info or {"model": args.model or "SmolLM2-135M-Instruct-Q4_1", "server": "(all records finished earlier)"},
+        "command": command_line(),
+        "machine": machine_line(),
         "policy_model": None if model_path is None else os.path.relpath(model_path, Path.cwd()),
-        "results": records,
-        "deltas": summarise(records),
+        "calibration": os.path.relpath(args.calibration, Path.cwd()) if calibrated else None,
     }
+    write_json_atomic(records_at / RUN_FILE, run)
+    payload = build_payload(args.out_dir, args.env, run, records)
     failed, first = failed_calls(records)
     if failed:
         print(f"first failed language-model call:\n  {first}\n{failed} language-model calls failed", file=sys.stderr)

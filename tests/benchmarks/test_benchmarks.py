@@ -8,6 +8,7 @@ the smoke tier in a subprocess. Tests that run several real trainings, or start 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -764,3 +765,69 @@ def test_train_throughput_measures_make_trains_arguments():
     make_train = {tuple(span) for span in option_spans(words) if span[0] not in ignored}
     measured = {tuple(span) for span in option_spans(TRAIN_ARGS) if span[0] not in ignored}
     assert make_train == measured and ("--text-features",) in measured
+
+
+def test_calibration_fits_each_worker_to_its_graded_calls():
+    """calibrate_simulator: graded calls -> the worker's hidden profile (rates shrunk towards the defaults)."""
+    from benchmarks.calibrate_simulator import Graded, fit_workers, rates
+    from edo_gym.config import small_workers
+
+    team = small_workers()
+    graded = (
+        [Graded("generalist", "lookup", "people", True, k < 9) for k in range(10)]  # 9/10 with the document
+        + [Graded("generalist", "lookup", "people", False, False, abstained=k < 5) for k in range(10)]  # none without
+        + [Graded("generalist", "verdict", "", False, False) for _ in range(10)]  # never a verdict
+        + [Graded("generalist", "write", "policies", False, k < 2) for k in range(10)]
+    )
+    assert rates(graded)["generalist"]["lookup_with_doc"] == [9, 10]
+    assert rates(graded)["generalist"]["abstain_without_doc"] == [5, 10]
+    fitted = {w.name: w for w in fit_workers(team, graded, prior_calls=0.0)}
+    g = fitted["generalist"]
+    assert g.domain_skills["people"] == pytest.approx(0.9) and g.skills["lookup"] == pytest.approx(0.9)
+    assert g.memory_coverage == 0.0 and g.abstain_rate == pytest.approx(0.5)
+    assert g.verdict_rate == 0.0 and g.skills["write"] == pytest.approx(0.2)
+    assert fitted["analyst"] == team[2]  # no calls: unchanged
+    # with a prior, few calls move a rate only part of the way
+    shrunk = {w.name: w for w in fit_workers(team, graded, prior_calls=10.0)}["generalist"]
+    assert 0.0 < shrunk.verdict_rate < 1.0
+
+
+def test_calibrated_verifier_gives_no_verdict_at_verdict_rate_zero():
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+    from edo_gym.config import small_workers
+
+    team = [dataclasses.replace(w, verdict_rate=0.0) for w in small_workers()]
+    env = gym.make("EDO-Small-v0", workers=team)
+    try:
+        base = env.unwrapped
+        env.reset(seed=0)
+        assert base.decode_action(7) == ("dispatch", 3, True)
+        env.step(7)  # the generalist, with retrieval
+        for w in range(4):  # every worker verifies the result
+            env.step(base.A_VERIFY + w)
+        assert len(base.verdicts[0]) == 4 and all(v == "unsure" for v in base.verdicts[0])
+    finally:
+        env.close()
+
+
+def test_sim_to_real_tiers_rank_the_simulators_against_the_real_model():
+    from benchmarks.sim_to_real import kendall_tau, tier_summary
+
+    def row(success):
+        return {"success_rate": success, "mean_return": success - 0.1, "tokens": 100.0, "calls": 2.0,
+                "success_ci95": [0.0, 1.0]}  # fmt: skip
+
+    records = {
+        "simulated": {"a": row(0.9), "b": row(0.8), "c": row(0.1)},
+        "calibrated": {"a": row(0.6), "b": row(0.5), "c": row(0.2)},
+        "real": {"a": row(0.5), "b": row(0.6), "c": row(0.1)},
+    }
+    t = tier_summary({"env": "EDO-Small-v0"}, records)
+    assert t["policies"]["a"]["real"] == {"success": 0.5, "return": 0.4, "tokens": 100.0, "calls": 2.0,
+                                          "success_ci95": [0.0, 1.0]}  # fmt: skip
+    assert t["kendall_tau"]["simulated"] == pytest.approx(1 / 3) == t["kendall_tau"]["calibrated"]
+    assert t["success_mae"]["simulated"] == pytest.approx((0.4 + 0.2 + 0.0) / 3)
+    assert t["success_mae"]["calibrated"] == pytest.approx((0.1 + 0.1 + 0.1) / 3)
+    assert kendall_tau([1.0], [2.0]) is None and kendall_tau([1.0, 1.0], [1.0, 2.0]) is None
