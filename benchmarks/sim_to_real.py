@@ -111,12 +111,15 @@ def policy_model_path(out_dir: Path, given: str | None, env_id: str = "EDO-v0", 
         return path
     from baselines.training import TrainConfig, train
 
+    # relative to the working directory where it lies below it: the saved config names no machine's folders
+    where = out_dir / NAME if workers_file is None else out_dir / NAME / "calibrated"
+    with contextlib.suppress(ValueError):
+        where = where.resolve().relative_to(Path.cwd())
     if workers_file is None:
-        cfg = TrainConfig(env_id=env_id, output_dir=str(out_dir / NAME), eval_episodes=0)
+        cfg = TrainConfig(env_id=env_id, output_dir=str(where), eval_episodes=0)
     else:
         workers = json.loads(workers_file.read_text())["workers"]
-        cfg = TrainConfig(env_id=env_id, env_kwargs={"workers": workers}, output_dir=str(out_dir / NAME / "calibrated"),
-                          eval_episodes=0)  # fmt: skip
+        cfg = TrainConfig(env_id=env_id, env_kwargs={"workers": workers}, output_dir=str(where), eval_episodes=0)
     if not cfg.model_path.is_file():
         print(f"Training the simulation policy with TrainConfig's defaults ({cfg.total_timesteps} steps) ...", flush=True)
         _, result = train(cfg)

@@ -538,7 +538,8 @@ def test_sim_to_real_simulated_column_is_resumable_and_compares_backends(tmp_pat
     assert set(rows) == {"static_pipeline", "grpo"} and rows["static_pipeline"]["episodes"] == 2
     assert rows["static_pipeline"]["planner_fallback_rate"] == 0.0  # the simulator writes valid JSON plans
     records = sorted(p.name for p in (tmp_path / "records" / "sim_to_real").iterdir())
-    assert records == ["simulated-grpo-n2-s0.json", "simulated-static_pipeline-n2-s0.json"]
+    assert records == ["run.json", "simulated-grpo-n2-s0.json", "simulated-static_pipeline-n2-s0.json"]
+    records = records[1:]
     # a rerun reuses the records (a changed record shows that it was read, not recomputed)
     path = tmp_path / "records" / "sim_to_real" / records[1]
     saved = json.loads(path.read_text())
@@ -562,6 +563,26 @@ def test_sim_to_real_simulated_column_is_resumable_and_compares_backends(tmp_pat
     assert payload["deltas"]["static_pipeline"]["success"] == pytest.approx(-0.123)
     assert payload["deltas"]["static_pipeline"]["tokens"] == pytest.approx(100)
     assert "3 real, 1 from cache, 0 failed" in (tmp_path / "sim_to_real.md").read_text()
+
+    # another tier, with a calibrated team: EDO-v0 stays at the top, both tiers are under "tiers"
+    from edo_gym.config import small_workers
+
+    team = [dict(dataclasses.asdict(w), shard=list(w.shard), verdict_rate=0.0) for w in small_workers()]
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "calibration" / "EDO-Small-v0.json").write_text(json.dumps({"workers": team}))
+    small = ["--env", "EDO-Small-v0", "--episodes", "2", "--policies", "static_pipeline", "random", "--out-dir", str(tmp_path)]
+    assert sim_to_real.main([*small, "--backends", "simulated", "calibrated"]) == 0
+    payload = json.loads((tmp_path / "sim_to_real.json").read_text())
+    assert payload["settings"]["env"] == "EDO-v0" and set(payload["results"]["simulated"]) == {
+        "static_pipeline"
+    }  # its last run
+    tier = payload["tiers"]["EDO-Small-v0"]
+    assert set(tier["policies"]["random"]) == {"simulated", "calibrated"} and set(payload["tiers"]) == {
+        "EDO-v0",
+        "EDO-Small-v0",
+    }
+    assert (tmp_path / "records" / "sim_to_real" / "EDO-Small-v0" / "calibrated-random-n2-s0.json").is_file()
+    assert "## Tier EDO-Small-v0" in (tmp_path / "sim_to_real.md").read_text()
 
 
 def test_sim_to_real_rejects_unknown_policies(capsys):
