@@ -258,7 +258,7 @@ def markdown(payload: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="EDO-Small-v0", choices=TIERS)
-    p.add_argument("--episodes", type=int, default=40, help="training tasks per policy (default: 40)")
+    p.add_argument("--episodes", type=int, default=100, help="training tasks per policy (default: 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), choices=sorted(HEURISTICS))
     p.add_argument("--prior", type=float, default=4.0, help="calls' worth of shrinkage towards the default (default: 4)")
