@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from baselines.evaluation import evaluate_heuristic  # noqa: E402
 from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
 from benchmarks.common import command_line, machine_line, write_json_atomic, write_results  # noqa: E402
-from benchmarks.sim_to_real import TIERS, real_backend  # noqa: E402
+from benchmarks.sim_to_real import TIERS, add_real_backend_arguments, real_backend  # noqa: E402
 from edo_gym.agents.protocol import LLMRequest, LLMResponse, parse_verdict  # noqa: E402
 from edo_gym.agents.simulator import SimulatedBackend  # noqa: E402
 from edo_gym.config import WorkerSpec  # noqa: E402
@@ -262,12 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), choices=sorted(HEURISTICS))
     p.add_argument("--prior", type=float, default=4.0, help="calls' worth of shrinkage towards the default (default: 4)")
-    p.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: start the bundled SmolLM2)")
-    p.add_argument("--model", default=None)
-    p.add_argument("--llm-threads", type=int, default=1)
-    p.add_argument("--llm-timeout", type=float, default=120.0)
-    p.add_argument("--llm-cache", default=None, help="record/replay cache (default: the sim-to-real recording's)")
-    p.add_argument("--llm-cache-mode", choices=("record", "replay", "read-through"), default="record")
+    add_real_backend_arguments(p)
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     if args.episodes < 1:

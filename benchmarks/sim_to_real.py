@@ -179,6 +179,16 @@ def evaluate_one(
     return row
 
 
+def add_real_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """The options :func:`real_backend` reads: the server (or the bundled model), its threads and timeout, the cache."""
+    p.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: start the bundled SmolLM2)")
+    p.add_argument("--model", default=None, help="model name to request")
+    p.add_argument("--llm-threads", type=int, default=1, help="threads of the started local server (default: 1)")
+    p.add_argument("--llm-timeout", type=float, default=120.0)
+    p.add_argument("--llm-cache", default=None, help="record/replay cache (default: <out-dir>/sim_to_real/llm_cache)")
+    p.add_argument("--llm-cache-mode", choices=("record", "replay", "read-through"), default="record")
+
+
 @contextlib.contextmanager
 def real_backend(args: argparse.Namespace):
     """The real backend (started local server, or ``--base-url``) behind the record/replay cache."""
@@ -424,12 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the calibrated team (default: <out-dir>/calibration/<env>.json, written by calibrate_simulator.py)",
     )
     p.add_argument("--policy-model", default=None, help="a saved GRPO model (default: train one with TrainConfig's defaults)")
-    p.add_argument("--base-url", default=None, help="an OpenAI-compatible server (default: start the bundled SmolLM2)")
-    p.add_argument("--model", default=None, help="model name to request")
-    p.add_argument("--llm-threads", type=int, default=1, help="threads of the started local server (default: 1)")
-    p.add_argument("--llm-timeout", type=float, default=120.0)
-    p.add_argument("--llm-cache", default=None, help="record/replay cache (default: <out-dir>/sim_to_real/llm_cache)")
-    p.add_argument("--llm-cache-mode", choices=("record", "replay", "read-through"), default="record")
+    add_real_backend_arguments(p)
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--force", action="store_true", help="rerun finished (backend, policy) records")
     p.add_argument("--allow-failures", action="store_true",
