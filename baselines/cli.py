@@ -112,6 +112,15 @@ def add_text_features_arg(p: argparse.ArgumentParser) -> None:
                    "setting)")  # fmt: skip
 
 
+def _hop_curriculum(text: str) -> Any:
+    from baselines.curriculum import parse_curriculum
+
+    try:
+        return parse_curriculum(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from baselines.training import TrainConfig, check_env_id, train
 
@@ -150,6 +159,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             verbose=args.verbose,
             env_kwargs=observation_kwargs(args),
             features_extractor=None if args.features_extractor in (None, "flat") else args.features_extractor,
+            hop_curriculum=None if args.hop_curriculum is None else [list(s) for s in args.hop_curriculum],
             warm_start=None if args.warm_start in (None, "none") else args.warm_start,
             warm_start_episodes=args.warm_start_episodes,
             bc_epochs=args.bc_epochs,
@@ -366,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--features-extractor", choices=("flat", *FEATURES_EXTRACTORS), default=d.features_extractor or "flat",
                     help="flat: every observation key flattened (SB3's default); table: shared encoders over the rows "
                     "of the subtask and worker tables" + dft)  # fmt: skip
+    tr.add_argument("--hop-curriculum", type=_hop_curriculum, default=None, metavar="UNTIL:MAX_HOPS[,...]",
+                    help="train on short tasks first: e.g. 0.2:2,0.5:3 = tasks of at most 2 hops for the first 20%% of "
+                    "the steps, at most 3 up to 50%%, then all (default: every task from the start)")  # fmt: skip
     tr.add_argument("--warm-start", default=d.warm_start,
                     help="pre-train by behaviour cloning before the RL run: a hand-written policy or probe (its episodes "
                     "are recorded once as a Minari dataset; a warm start from a probe adds its row to the table), a local "

@@ -116,7 +116,14 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from baselines.evaluation import evaluate_model, make_eval_env
-    from baselines.training import TrainConfig, apply_warm_start, count_parameters, make_algo, make_train_env
+    from baselines.training import (
+        TrainConfig,
+        apply_warm_start,
+        count_parameters,
+        curriculum_callbacks,
+        make_algo,
+        make_train_env,
+    )
 
     th.set_num_threads(1)
     cfg = TrainConfig(
@@ -204,7 +211,7 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
         evaluate()  # the untrained policy, at step 0
     eval_before = clock["eval"]
     t0 = time.perf_counter()
-    model.learn(total_timesteps=spec.total_timesteps, callback=BenchCallback())
+    model.learn(total_timesteps=spec.total_timesteps, callback=[BenchCallback(), *curriculum_callbacks(cfg)])
     wall = time.perf_counter() - t0 - (clock["eval"] - eval_before)  # minus the evaluations done inside learn()
     evaluate()
     extra: list[dict[str, Any]] = []

@@ -396,6 +396,11 @@ class RunStore:
         return path
 
 
+#: ``TrainConfig`` fields added after records were written, with the default that trains exactly as before they
+#: existed: at that default they stay out of :func:`run_context`, so that adding them leaves every record valid.
+NEUTRAL_DEFAULTS: dict[str, Any] = {"hop_curriculum": None}
+
+
 def run_context() -> dict[str, Any]:
     """What a run depends on besides its spec: the env's version (its dynamics and observation) and the defaults of
     ``TrainConfig`` that the spec does not override. A record written under another context is stale."""
@@ -405,6 +410,9 @@ def run_context() -> dict[str, Any]:
     defaults = TrainConfig().as_dict()
     for volatile in ("progress_bar", "verbose", "output_dir", "tensorboard_log"):
         defaults.pop(volatile, None)
+    for name, off in NEUTRAL_DEFAULTS.items():  # a setting added later, at the value that changes nothing
+        if name in defaults and defaults[name] == off:
+            defaults.pop(name)
     return json.loads(json.dumps({"edo_gym_version": ENV_VERSION, "train_defaults": defaults}))
 
 

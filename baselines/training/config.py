@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -78,6 +79,10 @@ class TrainConfig:
     #: The policy's features extractor: ``None`` (SB3's default for Dict observations: every key flattened) or
     #: ``"table"`` (:class:`baselines.extractors.EDOTableExtractor`: shared encoders over the rows of the tables).
     features_extractor: str | None = None
+    #: A hop-count curriculum (:mod:`baselines.curriculum`): ``[[until, max_hops], ...]``, e.g. ``[[0.2, 2], [0.5, 3]]``
+    #: = tasks of at most 2 hops for the first 20% of the env steps, at most 3 up to 50%, then every task. ``None``: no
+    #: curriculum (every task from the start).
+    hop_curriculum: list[list[float | int]] | None = None
     # -- warm start (baselines.experience) ------------------------------------------------------------------------
     #: Pre-train the policy by behaviour cloning before the RL run: a hand-written policy's name (``HEURISTICS``; its
     #: ``warm_start_episodes`` episodes on the training split are recorded as a Minari dataset, reused while it
@@ -129,6 +134,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.net_arch, tuple):
             self.net_arch = list(self.net_arch)
+        if self.hop_curriculum is not None:
+            from baselines.curriculum import check_curriculum
+
+            with contextlib.suppress(ValueError):  # as lists of [until, max_hops] (validate reports a bad value)
+                self.hop_curriculum = [[until, hops] for until, hops in check_curriculum(self.hop_curriculum)]
         self.validate()
 
     def validate(self) -> None:
@@ -244,6 +254,13 @@ class TrainConfig:
             self.features_extractor is None or self.features_extractor in FEATURES_EXTRACTORS,
             f"features_extractor must be None or one of {list(FEATURES_EXTRACTORS)}, got {self.features_extractor!r}",
         )
+        if self.hop_curriculum is not None:
+            from baselines.curriculum import check_curriculum
+
+            try:
+                check_curriculum(self.hop_curriculum)
+            except ValueError as e:
+                need(False, f"hop_curriculum: {e}")
         need(
             self.warm_start is None or (isinstance(self.warm_start, str) and bool(self.warm_start)),
             f"warm_start must be None, a hand-written policy's name or a Minari dataset id, got {self.warm_start!r}",

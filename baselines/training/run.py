@@ -195,6 +195,16 @@ def apply_warm_start(model: BaseAlgorithm, cfg: TrainConfig) -> dict[str, Any]:
     )
 
 
+def curriculum_callbacks(cfg: TrainConfig) -> list[BaseCallback]:
+    """The callback that widens ``cfg.hop_curriculum``'s filter during ``learn`` (none without a curriculum); the
+    training env must come from :func:`make_train_env` with the same ``cfg``."""
+    if cfg.hop_curriculum is None:
+        return []
+    from baselines.curriculum import HopCurriculumCallback
+
+    return [HopCurriculumCallback(cfg.hop_curriculum, cfg.total_timesteps)]
+
+
 def _has_obs_key(env: VecEnv | gym.Env, key: str) -> bool:
     space = env.observation_space
     return isinstance(space, gym.spaces.Dict) and key in space.spaces
@@ -279,6 +289,7 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
         callbacks: list[BaseCallback] = [RecordedStepsProgressBar()] if cfg.progress_bar else []
         if cfg.gc_freeze:
             callbacks.append(FreezeGCCallback())
+        callbacks += curriculum_callbacks(cfg)
         try:
             with timed_learning(model, env) as times, threads_in_update(model, cfg.update_threads):
                 model.learn(

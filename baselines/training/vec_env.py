@@ -114,6 +114,19 @@ class FreshInfoDummyVecEnv(DummyVecEnv):
         return super().env_method(method_name, *method_args, indices=indices, **method_kwargs)
 
 
+class Wrappers:
+    """Apply several wrappers in order (innermost first), as one ``make_vec_env`` ``wrapper_class``; it pickles if they
+    do (subprocess VecEnvs)."""
+
+    def __init__(self, *wrappers: Callable[[gym.Env], gym.Env]):
+        self.wrappers = wrappers
+
+    def __call__(self, env: gym.Env) -> gym.Env:
+        for wrap in self.wrappers:
+            env = wrap(env)
+        return env
+
+
 def _is_edo_id(env_id: str) -> bool:
     return env_id.split(":", 1)[-1] in _edo_ids()
 
@@ -141,7 +154,11 @@ def make_train_env(cfg: TrainConfig) -> VecEnv:
     # make_vec_env would ask for render_mode="rgb_array", which EDO does not support
     env_kwargs = {"render_mode": None, **cfg.env_kwargs}
     # GRPO/GiGPO queue each episode's start in the env, so that the VecEnv's auto-reset is its only reset
-    wrapper_class = GroupStartWrapper if cfg.algo in GROUP_ALGOS else None
+    wrapper_class: Callable[[gym.Env], gym.Env] | None = GroupStartWrapper if cfg.algo in GROUP_ALGOS else None
+    if cfg.hop_curriculum is not None:  # the curriculum's filter sits under GroupStartWrapper: group starts pass it
+        from baselines.curriculum import curriculum_wrapper
+
+        wrapper_class = Wrappers(curriculum_wrapper(cfg.hop_curriculum), *([wrapper_class] if wrapper_class else []))
     return make_vec_env(
         cfg.env_id,
         n_envs=cfg.n_envs,
