@@ -14,6 +14,8 @@ points differ by one lever from the one before:
   cloned policy sees only the observation);
 - ``view+bc_rule_based+dapo``, ``+table``, ``+text``: the default with DAPO's success filter and dynamic sampling,
   with the table extractor, with the text features (``text_features=True``);
+- ``view+curriculum`` and ``view+bc_rule_based+curriculum``: a hop-count curriculum (:mod:`baselines.curriculum`:
+  2-hop tasks for the first quarter of the steps, 2-3 hops up to half, then all), from scratch and on the default;
 - ``view+bc_plan_check_text+text``: the text features and a warm start on the episodes of ``plan_check_text`` (the
   validity benchmark's text-reading probe): experience from a policy that reads the plan text, cloned into one that
   sees the text only through the text features.
@@ -55,6 +57,9 @@ NAME = "study_levers"
 #: ``TrainConfig``'s defaults does not change a lever.
 SCRATCH = {"warm_start": None, "learning_rate": 5e-4}
 WARM = {"warm_start": "rule_based", "learning_rate": 1e-4}
+#: the hop curriculum of the curriculum levers (EDO-v0's tasks have 2-4 hops): 2-hop tasks for the first quarter of the
+#: env steps, 2-3 hops up to half, then every task (``TrainConfig.hop_curriculum``)
+CURRICULUM = [[0.25, 2], [0.5, 3]]
 LEVERS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "flat": ("no pointer-free view, from scratch, lr 5e-4", {"focus_view": False}, dict(SCRATCH)),
     "view": ("pointer-free view, from scratch, lr 5e-4", {}, dict(SCRATCH)),
@@ -78,6 +83,16 @@ LEVERS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         "the default, with the success filter and dynamic sampling",
         {},
         {**WARM, "filter_on": "success", "dynamic_sampling": True},
+    ),
+    "view+curriculum": (
+        "pointer-free view, from scratch, lr 5e-4, hop curriculum (2 hops to 25% of the steps, 2-3 to 50%, then all)",
+        {},
+        {**SCRATCH, "hop_curriculum": CURRICULUM},
+    ),
+    "view+bc_rule_based+curriculum": (
+        "the default, with the hop curriculum",
+        {},
+        {**WARM, "hop_curriculum": CURRICULUM},
     ),
     "view+bc_rule_based+table": ("the default, with the table extractor", {}, {**WARM, "features_extractor": "table"}),
     "view+bc_rule_based+text": ("the default, with the text features", {"text_features": True}, dict(WARM)),
