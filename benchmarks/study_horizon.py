@@ -16,6 +16,11 @@ outcome difference. With the default return filter the cost terms make returns o
 groups stay in the update and push towards the cheapest failure, submitting at once. Results under
 ``<algo>_success_filter`` keys.
 
+**Curriculum protocol** (``--protocols ... curriculum``, in the full tier, at h >= 4): every algorithm trained on
+multihop tasks of 2 to ``h`` hops with a hop curriculum (:mod:`baselines.curriculum`: 2-hop tasks for the first fifth
+of the steps, up to ``max(3, h // 2)`` hops until two fifths, then all of them) and evaluated on the same exactly-h
+held-out tasks as the default protocol. Results under ``<algo>_curriculum`` keys.
+
 Usage::
 
     python benchmarks/study_horizon.py            # full: h = 2,4,...,12, 3 seeds, GRPO/GiGPO/PPO/MaskablePPO, 150k steps
@@ -65,9 +70,24 @@ HEURISTICS = ("oracle", "rule_based", "greedy_router", "static_pipeline", "rando
 LONG_HORIZON = "long_horizon.json"
 #: Training protocols: ``default`` (every algorithm as configured by TrainConfig) and ``success_filter`` (GRPO and
 #: GiGPO with DAPO's filter on success and dynamic sampling).
-PROTOCOLS = ("default", "success_filter")
+PROTOCOLS = ("default", "success_filter", "curriculum")
 SUCCESS_FILTER = {"filter_on": "success", "dynamic_sampling": True}
 SUCCESS_FILTER_ALGOS = ("grpo", "gigpo")
+#: The curriculum protocol's shortest tasks.
+CURRICULUM_MIN_HOPS = 2
+
+
+def curriculum(h: int) -> list[list[float | int]]:
+    """The hop curriculum at horizon ``h`` (``TrainConfig.hop_curriculum``): 2-hop tasks for the first fifth of the
+    steps, up to ``h // 2`` hops (at least 3) until two fifths, then every task (2 to ``h`` hops)."""
+    return [[0.2, CURRICULUM_MIN_HOPS], [0.4, max(CURRICULUM_MIN_HOPS + 1, h // 2)]]
+
+
+def curriculum_env_kwargs(h: int) -> dict[str, Any]:
+    """The curriculum protocol's training tasks: multihop with 2 to ``h`` hops."""
+    return {"tasks": {"families": ["multihop"], "min_hops": CURRICULUM_MIN_HOPS, "max_hops": h}}
+
+
 #: The target of the long-horizon issue: GiGPO's success at this h at least MARGIN above GRPO's and above rule_based's.
 TARGET_H, TARGET_MARGIN = 8, 0.15
 
@@ -84,7 +104,7 @@ def env_kwargs(h: int) -> dict[str, Any]:
 
 
 def point_id(h: int, protocol: str = "default") -> str:
-    return f"h{h}" if protocol == "default" else f"h{h}sf"
+    return {"default": f"h{h}", "success_filter": f"h{h}sf", "curriculum": f"h{h}cur"}[protocol]
 
 
 def variant_algos(algos: Sequence[str]) -> tuple[str, ...]:
@@ -101,6 +121,24 @@ def points(cfg: StudyConfig) -> dict[str, Point]:
             out[point_id(h, "success_filter")] = Point(
                 env_kwargs=env_kwargs(h), train_overrides=dict(SUCCESS_FILTER), algos=variant_algos(cfg.algos)
             )
+        if "curriculum" in cfg.options.protocols and h > CURRICULUM_MIN_HOPS + 1:
+            # trained on 2..h hops, short ones first; evaluated on the same exactly-h tasks as the default protocol
+            out[point_id(h, "curriculum")] = Point(
+                env_kwargs=curriculum_env_kwargs(h),
+                train_overrides={"hop_curriculum": curriculum(h)},
+                extra_eval=(("EDO-v0", env_kwargs(h)),),
+            )
+    return out
+
+
+def on_exactly_h(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Curriculum records with ``final`` replaced by their evaluation on the exactly-h tasks (``extra_eval``)."""
+    out = []
+    for r in records:
+        e = r["extra_eval"][0]["result"]
+        final = {"success": e["success_rate"], "return": e["mean_return"], "tokens": e["tokens"], "calls": e["calls"],
+                 "latency_s": e["latency_s"]}  # fmt: skip
+        out.append({**r, "final": final})
     return out
 
 
@@ -166,7 +204,16 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], concl: dict[str,
             g = r.get("grpo")
             dropped = fmt_frac(g["dropped_group_fraction"]) if g is not None else "missing"
             lines.append(f"| {h} | " + " | ".join(fmt_figures(r[a]) for a in variant) + f" | {dropped} |")
-    for name, key in (("default", "algos"), ("success filter", "algos_success_filter")):
+    cur_hops = [h for h in hops if results[str(h)].get("algos_curriculum")]
+    if cur_hops:
+        lines += ["", "Curriculum protocol: trained on multihop tasks of 2 to h hops with a hop curriculum (`TrainConfig."
+                  "hop_curriculum`: 2 hops for the first fifth of the steps, up to max(3, h // 2) until two fifths, then "
+                  "all), evaluated on the same exactly-h tasks as above.", "",
+                  "| h | " + " | ".join(f"{a} (curriculum)" for a in algos) + " |", "|---|" + "---|" * len(algos)]  # fmt: skip
+        for h in cur_hops:
+            r = results[str(h)]["algos_curriculum"]
+            lines.append(f"| {h} | " + " | ".join(fmt_figures(r.get(a)) for a in algos) + " |")
+    for name, key in (("default", "algos"), ("success filter", "algos_success_filter"), ("curriculum", "algos_curriculum")):
         if key == "algos_success_filter" and not variant:
             continue
         t = target_check(hops, results, key)
@@ -238,12 +285,15 @@ def long_horizon(hops: list[int], algos: Sequence[str], results: dict[str, Any],
     by_algo = {a: series(a) for a in algos}
     if "success_filter" in settings.get("protocols", ()):
         by_algo |= {f"{a}_success_filter": series(a, "algos_success_filter") for a in variant_algos(algos)}
+    if "curriculum" in settings.get("protocols", ()):
+        by_algo |= {f"{a}_curriculum": series(a, "algos_curriculum") for a in algos}
     return {
         "hops": hops,
         "algos": by_algo,
         "targets": {
             "default": target_check(hops, results, "algos"),
             "success_filter": target_check(hops, results, "algos_success_filter"),
+            "curriculum": target_check(hops, results, "algos_curriculum"),
         },  # fmt: skip
         "heuristics": {n: {"success": [results[str(h)]["heuristics"][n]["success_rate"] for h in hops]} for n in HEURISTICS},
         "settings": {k: settings[k] for k in ("command", "timesteps", "seeds", "eval_episodes") if k in settings},
@@ -255,7 +305,9 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     protocols = list(cfg.options.protocols)
     settings = {**cfg.settings(), "hops": hops, "heuristics": list(HEURISTICS), "env_id": "EDO-v0",
                 "grpo_config": grpo_config(), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}, "protocols": protocols,
-                "success_filter_overrides": SUCCESS_FILTER}  # fmt: skip
+                "success_filter_overrides": SUCCESS_FILTER,
+                "curriculum_by_h": {h: curriculum(h) for h in hops if h > CURRICULUM_MIN_HOPS + 1},
+                "curriculum_env_kwargs_by_h": {h: curriculum_env_kwargs(h) for h in hops if h > CURRICULUM_MIN_HOPS + 1}}  # fmt: skip
     results: dict[str, Any] = {}
     for h in hops:
         print(f"heuristics at h={h} ...", flush=True)
@@ -266,6 +318,10 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
         if "success_filter" in protocols:
             results[str(h)]["algos_success_filter"] = {
                 a: summarise_runs(runs.seeds(point_id(h, "success_filter"), a)) for a in variant_algos(cfg.algos)
+            }
+        if "curriculum" in protocols and h > CURRICULUM_MIN_HOPS + 1:
+            results[str(h)]["algos_curriculum"] = {
+                a: summarise_runs(on_exactly_h(runs.seeds(point_id(h, "curriculum"), a))) for a in cfg.algos
             }
     gap = None
     if "grpo" in cfg.algos and "ppo" in cfg.algos:
@@ -326,7 +382,8 @@ STUDY = Study(
         Option(
             "--protocols",
             Tiered(full=list(PROTOCOLS), quick=["default"], smoke=list(PROTOCOLS)),
-            "training protocols: default, success_filter (GRPO/GiGPO with filter_on=success and dynamic sampling)",
+            "training protocols: default, success_filter (GRPO/GiGPO with filter_on=success and dynamic sampling), "
+            "curriculum (trained on 2..h hops, short ones first; evaluated on exactly h)",
             nargs="+",
             choices=PROTOCOLS,
         ),

@@ -349,34 +349,41 @@ def test_study_schools_smoke_reads_grpo_vs_ppo_results(tmp_path):
 
 @pytest.mark.slow
 def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
-    """~40 s: one smoke run of each protocol, its record, its fixed-schema file, and a resumed second run."""
-    run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
+    """~60 s: one smoke run of each protocol, its record, its fixed-schema file, and a resumed second run."""
+    run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "4", "--algos", "grpo", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_horizon")
-    cell = data["results"]["2"]
+    cell = data["results"]["4"]
     assert set(cell["heuristics"]) == {"oracle", "rule_based", "greedy_router", "static_pipeline", "random"}
     assert 0.0 <= cell["algos"]["grpo"]["success"]["mean"] <= 1.0
     # the issue's fixed-schema file: one value per h for every algorithm and heuristic
     long = json.loads((tmp_path / "long_horizon.json").read_text())
-    assert long["hops"] == [2]
-    assert set(long["algos"]) == {"grpo", "grpo_success_filter"}  # the smoke tier runs both protocols
+    assert long["hops"] == [4]
+    assert set(long["algos"]) == {"grpo", "grpo_success_filter", "grpo_curriculum"}  # the smoke tier runs every protocol
     assert set(long["algos"]["grpo"]) == set(long["algos"]["grpo_success_filter"]) == {"success", "success_ci95", "return"}
-    assert long["targets"] == {"default": None, "success_filter": None}  # no 8-hop cell in this run
+    assert long["targets"] == {"default": None, "success_filter": None, "curriculum": None}  # no 8-hop cell in this run
     assert long["algos"]["grpo"]["success"] == [cell["algos"]["grpo"]["success"]["mean"]]
     assert len(long["algos"]["grpo"]["success_ci95"][0]) == 2
     assert long["heuristics"]["rule_based"]["success"] == [cell["heuristics"]["rule_based"]["success_rate"]]
-    run = data["runs"]["h2-grpo-s0"]
+    run = data["runs"]["h4-grpo-s0"]
     assert run["grpo_stats"], "GRPO group statistics were not recorded"
     assert {"dropped_group_fraction", "all_fail_fraction"} <= set(run["grpo_stats"][0])
-    stored = json.loads((tmp_path / "records" / "study_horizon" / "h2-grpo-s0.json").read_text())
-    assert stored["record"] == run and stored["spec"]["env_kwargs"]["tasks"]["min_hops"] == 2
-    variant = json.loads((tmp_path / "records" / "study_horizon" / "h2sf-grpo-s0.json").read_text())
+    stored = json.loads((tmp_path / "records" / "study_horizon" / "h4-grpo-s0.json").read_text())
+    assert stored["record"] == run and stored["spec"]["env_kwargs"]["tasks"]["min_hops"] == 4
+    variant = json.loads((tmp_path / "records" / "study_horizon" / "h4sf-grpo-s0.json").read_text())
     assert variant["spec"]["train_overrides"] == {"net_arch": [128, 128], "filter_on": "success", "dynamic_sampling": True}
     assert long["algos"]["grpo_success_filter"]["success"] == [
-        data["results"]["2"]["algos_success_filter"]["grpo"]["success"]["mean"]
+        data["results"]["4"]["algos_success_filter"]["grpo"]["success"]["mean"]
     ]
+    # the curriculum protocol: trained on 2-4 hops with the curriculum, reported on the exactly-4-hop tasks
+    cur = json.loads((tmp_path / "records" / "study_horizon" / "h4cur-grpo-s0.json").read_text())
+    assert cur["spec"]["env_kwargs"]["tasks"] == {"families": ["multihop"], "min_hops": 2, "max_hops": 4}
+    assert cur["spec"]["train_overrides"]["hop_curriculum"] == [[0.2, 2], [0.4, 3]]
+    (extra,) = cur["record"]["extra_eval"]
+    assert extra["env_kwargs"] == stored["spec"]["env_kwargs"]
+    assert long["algos"]["grpo_curriculum"]["success"] == [extra["result"]["success_rate"]]
     assert (tmp_path / "study_horizon.png").is_file()
-    proc = run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "2", "--algos", "grpo", "--out-dir", str(tmp_path)])
-    assert "2 finished before, 0 to run" in proc.stdout
+    proc = run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "4", "--algos", "grpo", "--out-dir", str(tmp_path)])
+    assert "3 finished before, 0 to run" in proc.stdout
 
 
 def test_study_levers_smoke_warm_started_run(tmp_path):
