@@ -14,11 +14,15 @@ did (each distinct request once: a retry of the same request adds nothing about 
   it does so for a window given as a bare number ("10"), relative to that;
 - ``verdict_rate``: how often a verification starts with a verdict that says something (CORRECT or INCORRECT);
 - ``greedy``: set when every recorded call was sampled at temperature 0 (the same request gets the same answer).
+- ``prompt_token_scale``: the prompt tokens the server reported over the env's estimate for the same requests (the
+  server counts with its model's tokenizer and chat template);
+- ``verbosity``: the mean of the completion tokens the server reported less the tokens of the calibrated simulator's
+  reply to the same request (what a real reply costs beyond the answer).
 
 Everything else (shards, prices, ``top_k``, sizes) is the tier's. The fitted team is written as a named worker
 configuration (``benchmarks/results/calibration/<env>.json``, loaded with ``edo_gym.config.load_workers``), and the
 report (``benchmarks/results/calibrate_simulator.{json,md}``) gives, per worker and call type, the real rate beside the
-rate the default and the calibrated simulators give on the very same requests.
+rate the default and the calibrated simulators give on the very same requests, and per worker the tokens per call.
 
 Usage::
 
@@ -32,6 +36,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -47,6 +52,7 @@ from benchmarks.common import command_line, machine_line, write_json_atomic, wri
 from benchmarks.sim_to_real import TIERS, add_real_backend_arguments, real_backend  # noqa: E402
 from edo_gym.agents.protocol import LLMRequest, LLMResponse, parse_verdict  # noqa: E402
 from edo_gym.agents.simulator import SimulatedBackend  # noqa: E402
+from edo_gym.agents.worker import VERBOSITY  # noqa: E402
 from edo_gym.config import WorkerSpec  # noqa: E402
 from edo_gym.llm.errors import LLMBackendError  # noqa: E402
 from edo_gym.world.generator import RELATIONS, World  # noqa: E402
@@ -220,6 +226,58 @@ def simulated_rates(env: gym.Env, team: tuple[WorkerSpec, ...], calls: list[tupl
     return rates(graded)
 
 
+def fit_tokens(
+    env: gym.Env, team: tuple[WorkerSpec, ...], calls: list[tuple[LLMRequest, LLMResponse]]
+) -> tuple[tuple[WorkerSpec, ...], dict[str, dict[str, Any]], dict[str, float]]:
+    """``team`` with ``prompt_token_scale`` and ``verbosity`` fitted to the token counts the server reported, the
+    per-worker table (mean prompt and completion tokens per call: real, default simulator, calibrated simulator) and the
+    mean absolute error of tokens per call (default, calibrated). Calls without reported counts are left out."""
+    base = env.unwrapped
+    caller = base.caller
+    sim = SimulatedBackend(base.world, team, base.config.planner, base.pool.tasks)
+    default_sim = SimulatedBackend(base.world, base.config.workers, base.config.planner, base.pool.tasks)
+    by_name = {spec.name: spec for spec in team}
+    rows: dict[str, list[tuple[int, int, int, int, int]]] = defaultdict(list)
+    for request, response in calls:
+        if response.prompt_tokens is None or response.completion_tokens is None or request.agent not in by_name:
+            continue
+        estimate = caller.estimate_prompt_tokens(request, sum(caller.count_tokens(d) for d in request.documents))
+        rows[request.agent].append((
+            response.prompt_tokens, response.completion_tokens, estimate,
+            caller.count_tokens(sim.complete(request).text), caller.count_tokens(default_sim.complete(request).text),
+        ))  # fmt: skip
+    fitted, table = [], {}
+    errors, total = {"default": 0.0, "calibrated": 0.0}, 0
+    for spec in team:
+        r = rows.get(spec.name)
+        if not r:
+            fitted.append(spec)
+            continue
+        # totals matter (tokens per episode): the ratio of the sums and the mean difference, not medians
+        scale = round(sum(p for p, *_ in r) / max(1, sum(e for _, _, e, _, _ in r)), 4)
+        verbosity = max(0, round(statistics.fmean(c - n for _, c, _, n, _ in r)))
+        new = dataclasses.replace(spec, prompt_token_scale=scale, verbosity=int(verbosity))
+        fitted.append(new)
+        default_v = VERBOSITY[spec.size]
+        real = [p + c for p, c, _, _, _ in r]
+        default = [e + n0 + default_v for _, _, e, _, n0 in r]
+        calibrated = [round(e * scale) + n + verbosity for _, _, e, n, _ in r]
+        table[spec.name] = {
+            "calls": len(r),
+            "prompt": {"real": statistics.fmean(p for p, *_ in r), "default": statistics.fmean(e for _, _, e, _, _ in r),
+                       "calibrated": statistics.fmean(round(e * scale) for _, _, e, _, _ in r)},
+            "completion": {"real": statistics.fmean(c for _, c, *_ in r),
+                           "default": statistics.fmean(n0 + default_v for *_, n0 in r),
+                           "calibrated": statistics.fmean(n + verbosity for _, _, _, n, _ in r)},
+            "prompt_token_scale": scale,
+            "verbosity": int(verbosity),
+        }  # fmt: skip
+        errors["default"] += sum(abs(d - x) for d, x in zip(default, real, strict=True))
+        errors["calibrated"] += sum(abs(c - x) for c, x in zip(calibrated, real, strict=True))
+        total += len(r)
+    return tuple(fitted), table, {k: v / max(total, 1) for k, v in errors.items()}
+
+
 def spec_dict(spec: WorkerSpec) -> dict[str, Any]:
     out = dataclasses.asdict(spec)
     out["shard"] = list(spec.shard)
@@ -252,6 +310,26 @@ def markdown(payload: dict[str, Any]) -> str:
         f"Mean absolute error over the rows, weighted by calls: default simulator {payload['fit_mae']['default']:.3f}, "
         f"calibrated {payload['fit_mae']['calibrated']:.3f}.",
     ]
+    if payload.get("tokens"):
+        lines += [
+            "",
+            "Tokens per call (mean over the distinct calls with counts the server reported), real and as the default and "
+            "the calibrated simulators count them for the same requests:",
+            "",
+            "| worker | calls | prompt: real | default | calibrated | completion: real | default | calibrated |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for worker, t in payload["tokens"].items():
+            p, c = t["prompt"], t["completion"]
+            lines.append(
+                f"| {worker} | {t['calls']} | {p['real']:.0f} | {p['default']:.0f} | {p['calibrated']:.0f} "
+                f"| {c['real']:.1f} | {c['default']:.1f} | {c['calibrated']:.1f} |"
+            )
+        lines += [
+            "",
+            f"Mean absolute error of tokens per call: default simulator {payload['tokens_mae']['default']:.1f}, "
+            f"calibrated {payload['tokens_mae']['calibrated']:.1f}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -302,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         real = rates(graded)
         default = simulated_rates(env, team, unique, gold_docs)
         calibrated = simulated_rates(env, fitted, unique, gold_docs)
+        fitted, tokens, tokens_mae = fit_tokens(env, fitted, unique)
 
     fit: dict[str, dict[str, dict[str, float]]] = {}
     errors = {"default": 0.0, "calibrated": 0.0}
@@ -337,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
         "workers_file": os.path.relpath(workers_file, Path.cwd()),
         "fit": fit,
         "fit_mae": {k: v / max(total, 1) for k, v in errors.items()},
+        "tokens": tokens,
+        "tokens_mae": tokens_mae,
         "workers": [spec_dict(w) for w in fitted],
     }
     json_path, md_path = write_results(NAME, payload, markdown(payload), args.out_dir)

@@ -120,11 +120,24 @@ def policy_model_path(out_dir: Path, given: str | None, env_id: str = "EDO-v0", 
     else:
         workers = json.loads(workers_file.read_text())["workers"]
         cfg = TrainConfig(env_id=env_id, env_kwargs={"workers": workers}, output_dir=str(where), eval_episodes=0)
-    if not cfg.model_path.is_file():
+    if not trained_for(cfg):
         print(f"Training the simulation policy with TrainConfig's defaults ({cfg.total_timesteps} steps) ...", flush=True)
         _, result = train(cfg)
         print(f"  trained in {result.train_wall_s:.0f} s, saved {result.model_path}", flush=True)
     return cfg.model_path
+
+
+def trained_for(cfg: Any) -> bool:
+    """Whether ``cfg.model_path`` holds a model trained on ``cfg``'s env and team: a model saved for another team (an
+    earlier calibration) or env settings is trained again, not reused."""
+    summary = cfg.model_path.with_suffix(".json")
+    if not cfg.model_path.is_file() or not summary.is_file():
+        return False
+    try:
+        saved = json.loads(summary.read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return saved.get("env_id") == cfg.env_id and saved.get("env_kwargs") == json.loads(json.dumps(cfg.env_kwargs))
 
 
 def evaluate_one(

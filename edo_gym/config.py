@@ -237,6 +237,12 @@ class WorkerSpec:
     #: Probability that a reply step given a refund window as a bare number ("10", no unit) reads it as days, as a real
     #: model does; ``0.0`` (default): the window must name days, else it abstains or writes a non-answer.
     bare_window_rate: float = 0.0
+    #: Completion tokens a simulated reply costs beyond its answer's own (reasoning, pleasantries, the end token);
+    #: ``None`` (default): the size's (``edo_gym.agents.worker.VERBOSITY``). A calibration fits it to a real model.
+    verbosity: int | None = None
+    #: Multiplies the estimated prompt tokens of this worker's calls (the env counts them with the embedder's
+    #: tokenizer; a real server counts with its model's tokenizer and chat template). ``1.0`` (default): as estimated.
+    prompt_token_scale: float = 1.0
 
     def __post_init__(self) -> None:
         owner = f"WorkerSpec({self.name!r})"
@@ -266,6 +272,9 @@ class WorkerSpec:
         _check_float(owner, "verdict_rate", self.verdict_rate, 0.0, 1.0)
         _check_type(owner, "greedy", self.greedy, bool)
         _check_float(owner, "bare_window_rate", self.bare_window_rate, 0.0, 1.0)
+        if self.verbosity is not None:
+            _check_int(owner, "verbosity", self.verbosity, 0, 100_000)
+        _check_float(owner, "prompt_token_scale", self.prompt_token_scale, 0.01, 100.0)
         _check_int(owner, "top_k", self.top_k, 1, 20)
 
     def lookup_skill(self, domain: str) -> float:

@@ -127,12 +127,24 @@ class AgentCaller:
             n += count(request.answer)
         return n
 
-    def call(self, request: LLMRequest, size: str, doc_tokens: int = 0) -> tuple[LLMResponse | None, CallOutcome, CallCost]:
-        """``(response or None when failed, outcome, cost)``; ``doc_tokens``: tokens of ``request.documents`` if known."""
+    def call(
+        self,
+        request: LLMRequest,
+        size: str,
+        doc_tokens: int = 0,
+        verbosity: int | None = None,
+        prompt_token_scale: float = 1.0,
+    ) -> tuple[LLMResponse | None, CallOutcome, CallCost]:
+        """``(response or None when failed, outcome, cost)``; ``doc_tokens``: tokens of ``request.documents`` if known.
+
+        ``verbosity`` (default: the size's) and ``prompt_token_scale`` shape the token counts estimated when the
+        backend reports none (``WorkerSpec.verbosity``, ``WorkerSpec.prompt_token_scale``)."""
         outcome = call_backend(lambda: self.backend.complete(request), validate_response, self.policy)
         base, per_prompt, per_completion = LATENCY_MODEL[size]
         response: LLMResponse | None = outcome.value
         estimate = self.estimate_prompt_tokens(request, doc_tokens)
+        if prompt_token_scale != 1.0:
+            estimate = round(estimate * prompt_token_scale)
         prompt = response.prompt_tokens if response is not None and response.prompt_tokens is not None else estimate
         latency = outcome.backoff_s
         if outcome.failures:
@@ -143,7 +155,7 @@ class AgentCaller:
         if response is not None:
             completion = response.completion_tokens
             if completion is None:
-                completion = self.count_tokens(response.text) + VERBOSITY[size]
+                completion = self.count_tokens(response.text) + (VERBOSITY[size] if verbosity is None else verbosity)
             cost.completion_tokens = completion
             latency += (
                 response.latency_s
@@ -299,7 +311,9 @@ class Worker:
             seed=seed,
             stop=STOP_AT_NEWLINE,
         )
-        response, outcome, cost = self.caller.call(request, self.spec.size, doc_tokens)
+        response, outcome, cost = self.caller.call(
+            request, self.spec.size, doc_tokens, self.spec.verbosity, self.spec.prompt_token_scale
+        )
         if retrieve:
             cost.latency_s += self.service.config.latency_s
         used = retrieve and not retrieval_error
@@ -346,7 +360,9 @@ class Worker:
             seed=seed,
             stop=STOP_AT_NEWLINE,
         )
-        response, outcome, cost = self.caller.call(request, self.spec.size, doc_tokens)
+        response, outcome, cost = self.caller.call(
+            request, self.spec.size, doc_tokens, self.spec.verbosity, self.spec.prompt_token_scale
+        )
         if retrieved:
             cost.latency_s += self.service.config.latency_s
         if response is None:

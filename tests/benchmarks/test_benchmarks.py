@@ -859,3 +859,37 @@ def test_sim_to_real_tiers_rank_the_simulators_against_the_real_model():
     assert t["success_mae"]["simulated"] == pytest.approx((0.4 + 0.2 + 0.0) / 3)
     assert t["success_mae"]["calibrated"] == pytest.approx((0.1 + 0.1 + 0.1) / 3)
     assert kendall_tau([1.0], [2.0]) is None and kendall_tau([1.0, 1.0], [1.0, 2.0]) is None
+
+
+def test_calibration_fits_token_counts_to_what_the_server_reported():
+    """fit_tokens: a server that reports 1.5x the env's prompt estimate and 9 completion tokens more than the
+    simulator's reply gives prompt_token_scale 1.5 and that verbosity; the calibrated simulator then counts as it."""
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+    from benchmarks.calibrate_simulator import fit_tokens
+    from edo_gym.agents.protocol import LLMRequest, LLMResponse
+    from edo_gym.agents.simulator import SimulatedBackend
+
+    env = gym.make("EDO-Small-v0")
+    try:
+        base = env.unwrapped
+        team = base.config.workers
+        sim = SimulatedBackend(base.world, team, base.config.planner, base.pool.tasks)
+        calls = []
+        for k, person in enumerate(base.world.entities["person"][:12]):
+            request = LLMRequest("worker", "wiki_agent", "system", "task", f"Who is the mentor of {person}?", seed=k)
+            estimate = base.caller.estimate_prompt_tokens(request)
+            reply = sim.complete(request).text
+            completion = base.caller.count_tokens(reply) + 9
+            calls.append((request, LLMResponse(reply, prompt_tokens=round(1.5 * estimate), completion_tokens=completion)))
+        calls.append((calls[0][0], LLMResponse("x")))  # no counts reported: left out
+        fitted, table, mae = fit_tokens(env, team, calls)
+    finally:
+        env.close()
+    wiki = {w.name: w for w in fitted}["wiki_agent"]
+    assert wiki.prompt_token_scale == pytest.approx(1.5, abs=0.03) and wiki.verbosity == 9  # (the counts are rounded)
+    assert {w.name: w for w in fitted}["analyst"] == team[2]  # no calls: unchanged
+    assert table["wiki_agent"]["calls"] == 12
+    assert table["wiki_agent"]["prompt"]["calibrated"] == pytest.approx(table["wiki_agent"]["prompt"]["real"], rel=0.01)
+    assert mae["calibrated"] < 1.0 < mae["default"]

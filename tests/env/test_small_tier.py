@@ -179,3 +179,35 @@ def test_load_workers_reads_a_team_and_says_what_is_wrong(tmp_path):
         load_workers(path)
     with pytest.raises(FileNotFoundError):
         load_workers(tmp_path / "missing.json")
+
+
+def test_token_fields_shape_the_charged_tokens_and_their_defaults_change_nothing():
+    """``verbosity`` and ``prompt_token_scale``: the same step costs what the fields say; at their defaults, what the
+    size's verbosity and the estimate say (the trajectory digests test the defaults end to end)."""
+    import dataclasses
+
+    import gymnasium as gym
+
+    from edo_gym.agents.worker import VERBOSITY
+
+    def tokens_of_one_dispatch(team):
+        env = gym.make("EDO-Small-v0", workers=team)
+        try:
+            env.reset(seed=3)
+            _, _, _, _, info = env.step(7)  # the generalist, with retrieval
+            return info["cost"]["tokens"], env.unwrapped
+        finally:
+            env.close()
+
+    team = small_workers()
+    base_tokens, base = tokens_of_one_dispatch(team)
+    same, _ = tokens_of_one_dispatch(tuple(dataclasses.replace(w, verbosity=VERBOSITY[w.size]) for w in team))
+    assert same == base_tokens
+    terse, _ = tokens_of_one_dispatch(tuple(dataclasses.replace(w, verbosity=VERBOSITY[w.size] + 25) for w in team))
+    assert terse == base_tokens + 25
+    doubled, _ = tokens_of_one_dispatch(tuple(dataclasses.replace(w, prompt_token_scale=2.0) for w in team))
+    assert base_tokens < doubled < 2 * base_tokens + 1
+    with pytest.raises(ValueError, match="verbosity"):
+        dataclasses.replace(team[0], verbosity=-1)
+    with pytest.raises(ValueError, match="prompt_token_scale"):
+        dataclasses.replace(team[0], prompt_token_scale=0.0)
