@@ -45,7 +45,8 @@ package version, and result files record it.
   New tier ``EDO-Small-v0`` (tasks within a small local model's reach) and the options it is made of, all off in the
   other ids: ``PlannerConfig.mode="rules"`` (plans read off the task text, no planner call), ``entity_linking=
   "mentions"`` (a sentence answer fills the next question with the entity it names), ``lookup_inputs=False``,
-  ``WorkerSpec.verdict_rate`` (a verifier that often gives no verdict, for simulators calibrated to a real model).
+  ``WorkerSpec.verdict_rate`` (a verifier that often gives no verdict), ``greedy``, ``bare_window_rate``,
+  ``verbosity`` and ``prompt_token_scale`` (for simulators calibrated to a real model; their defaults change nothing).
   An entity answer that names several entities is graded on those of the kind asked for ("the birthplace of Elsa
   Novak is Morven" states the city Morven); the other ids' trajectories are unchanged (their stored digests pass).
 - 0.2.0: one text-only LLM protocol; workers read the documents they retrieve; ``verify(w)`` is a charged call per
