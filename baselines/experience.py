@@ -23,6 +23,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -361,6 +362,16 @@ def _supports_masks(policy: Any) -> bool:
         return False
 
 
+def _dataset_lock(dataset_id: str) -> Any:
+    """An inter-process lock for recording ``dataset_id`` (a file beside Minari's datasets directory)."""
+    from filelock import FileLock
+
+    root = Path(_dataset_path(dataset_id)).parent
+    root.mkdir(parents=True, exist_ok=True)
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in dataset_id)
+    return FileLock(str(root / f".{name}.lock"), timeout=3600)
+
+
 def warm_start_dataset_id(policy: str, episodes: int, env_id: str, env_kwargs: dict[str, Any] | None = None) -> str:
     """The id under which :func:`warm_start` keeps ``episodes`` episodes of the hand-written ``policy`` on ``env_id``
     made with ``env_kwargs``: it names the policy and the episodes, and a digest of the env, its settings and the
@@ -399,9 +410,12 @@ def warm_start(
     recorded = False
     if source in demonstrators():
         dataset_id = warm_start_dataset_id(source, episodes, env_id, env_kwargs)
-        if not dataset_exists(dataset_id):
-            record_dataset(dataset_id, source, episodes, env_id, seed=0, env_kwargs=env_kwargs, progress=progress)
-            recorded = True
+        # several processes may warm-start from the same source at once (parallel benchmark runs): one records the
+        # dataset, the others wait for it and load it
+        with _dataset_lock(dataset_id):
+            if not dataset_exists(dataset_id):
+                record_dataset(dataset_id, source, episodes, env_id, seed=0, env_kwargs=env_kwargs, progress=progress)
+                recorded = True
     elif "/" in source:
         dataset_id = source
     else:

@@ -155,6 +155,32 @@ def test_warm_start_records_once_and_reuses(minari_dir):
         env.close()
 
 
+def _warm_start_in_a_process(minari_path: str) -> bool:
+    import os
+
+    os.environ["MINARI_DATASETS_PATH"] = minari_path
+    import torch
+
+    torch.set_num_threads(1)
+    env = gym.make("EDO-v0")
+    try:
+        model = make_algo(TrainConfig(), env)
+        return bool(warm_start(model.policy, "static_pipeline", episodes=20, epochs=1)["recorded"])
+    finally:
+        env.close()
+
+
+def test_concurrent_warm_starts_record_the_dataset_once(minari_dir):
+    """Parallel runs that warm-start from the same teacher: one records, the others wait and load (before, the second
+    process failed with "already exists", or deleted the first one's dataset)."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(2) as pool:
+        recorded = pool.map(_warm_start_in_a_process, [str(minari_dir)] * 2)
+    assert sorted(recorded) == [False, True]
+    assert dataset_exists(warm_start_dataset_id("static_pipeline", 20, "EDO-v0", None))
+
+
 def test_train_from_a_text_reading_teacher_tables_the_teacher(minari_dir, tmp_path):
     """edo train --text-features --warm-start plan_check_text: the probe it cloned is evaluated beside the heuristics
     on the same tasks (on an env that offers the text), between them and the trained policy."""
