@@ -101,8 +101,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def observation_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """Env kwargs of ``--retrieval-encoder`` and ``--text-features`` (none for the defaults)."""
-    return {**retrieval_kwargs(args), **({"text_features": True} if getattr(args, "text_features", False) else {})}
+    """Env kwargs of ``--retrieval-encoder``, ``--text-features`` and ``--plan-check`` (none for the defaults)."""
+    out = dict(retrieval_kwargs(args))
+    for flag in ("text_features", "plan_check"):
+        if getattr(args, flag, False):
+            out[flag] = True
+    return out
 
 
 def add_text_features_arg(p: argparse.ArgumentParser) -> None:
@@ -110,6 +114,10 @@ def add_text_features_arg(p: argparse.ArgumentParser) -> None:
                    help="make the env with text_features=True: the observation adds step_text and plan_text, what an "
                    "orchestrator computes from the task and plan text it reads (a model must be evaluated with the same "
                    "setting)")  # fmt: skip
+    p.add_argument("--plan-check", action="store_true",
+                   help="make the env with plan_check=True: the observation adds step_check and plan_check, whether each "
+                   "written plan step is the one a rule-based planner writes from the task text (a model must be evaluated "
+                   "with the same setting)")  # fmt: skip
 
 
 def _hop_curriculum(text: str) -> Any:

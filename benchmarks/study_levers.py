@@ -18,7 +18,10 @@ points differ by one lever from the one before:
   2-hop tasks for the first quarter of the steps, 2-3 hops up to half, then all), from scratch and on the default;
 - ``view+bc_plan_check_text+text``: the text features and a warm start on the episodes of ``plan_check_text`` (the
   validity benchmark's text-reading probe): experience from a policy that reads the plan text, cloned into one that
-  sees the text only through the text features.
+  sees the text only through the text features;
+- ``view+bc_plan_check_text+text+check``: the same, with the plan check in the observation (``plan_check=True``:
+  whether each written step is the one a rule-based planner writes from the task text, the check
+  ``plan_check_text`` makes).
 
 Beside them, on the same held-out tasks and evaluation seed: the hand-written policies (static pipeline, rule_based),
 the policy right after behaviour cloning (the curve's first point) and the oracle (an upper bound). The summary
@@ -101,11 +104,20 @@ LEVERS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         {"text_features": True},
         {**WARM, "warm_start": "plan_check_text"},
     ),
+    "view+bc_plan_check_text+text+check": (
+        "the same, and the plan check in the observation (plan_check=True: each written step against the plan a "
+        "rule-based planner writes from the task text)",
+        {"text_features": True, "plan_check": True},
+        {**WARM, "warm_start": "plan_check_text"},
+    ),
 }
 
 #: Levers also trained with other algorithms than GRPO (when the study's ``--algos`` names them): the best GRPO point,
 #: with MaskablePPO, the best algorithm of the GRPO-vs-PPO comparison.
-LEVER_ALGOS: dict[str, tuple[str, ...]] = {"view+bc_plan_check_text+text": ("grpo", "maskable_ppo")}
+LEVER_ALGOS: dict[str, tuple[str, ...]] = {
+    "view+bc_plan_check_text+text": ("grpo", "maskable_ppo"),
+    "view+bc_plan_check_text+text+check": ("grpo", "maskable_ppo"),
+}
 
 #: the hand-written policies and the oracle evaluated beside the runs
 REFERENCE_POLICIES = ("static_pipeline", "rule_based", "oracle")

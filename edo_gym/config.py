@@ -538,6 +538,10 @@ class EDOConfig:
     #: Add what an orchestrator computes from the task and plan text it reads (``step_text``, ``plan_text``; see
     #: :func:`edo_gym.envs.observation.plan_text_features`). Off by default: it changes the observation space.
     text_features: bool = False
+    #: Add the plan check an orchestrator makes by reading the task and the plan (``step_check``, ``plan_check``; see
+    #: :func:`edo_gym.envs.observation.plan_check_features`): whether each written step is the one a rule-based planner
+    #: writes from the task text. Off by default: it changes the observation space.
+    plan_check: bool = False
     #: Put ``info["text"]``: the state as an LLM orchestrator's prompt (task, plan as written, results, budget, legal
     #: actions; no hidden state). Off by default: building it costs time on every step.
     info_text: bool = False
@@ -589,6 +593,7 @@ class EDOConfig:
         _check_type(owner, "info_text", self.info_text, bool)
         _check_type(owner, "focus_view", self.focus_view, bool)
         _check_type(owner, "text_features", self.text_features, bool)
+        _check_type(owner, "plan_check", self.plan_check, bool)
         _check_int(owner, "backend_retries", self.backend_retries, 0, 10)
         _check_float(owner, "backend_backoff_s", self.backend_backoff_s, 0.0, 600.0)
         _check_float(owner, "backend_timeout_s", self.backend_timeout_s, 0.0, 3600.0, low_open=True)

@@ -42,6 +42,8 @@ package version, and result files record it.
   The observation gains the pointer-free view (``current``, ``last``, ``tried``; see
   :mod:`edo_gym.envs.observation`): the same dynamics and rewards, more keys. ``focus_view=False`` gives the earlier
   observation space; a model trained on it is refused by an env without that setting, with an error that says so.
+  Opt-in observation entries, off by default, computed from the task and plan text an orchestrator reads:
+  ``text_features=True`` (``step_text``, ``plan_text``) and ``plan_check=True`` (``step_check``, ``plan_check``).
   New tier ``EDO-Small-v0`` (tasks within a small local model's reach) and the options it is made of, all off in the
   other ids: ``PlannerConfig.mode="rules"`` (plans read off the task text, no planner call), ``entity_linking=
   "mentions"`` (a sentence answer fills the next question with the entity it names), ``lookup_inputs=False``,
@@ -155,6 +157,15 @@ def _text_features(task_text: str, instructions: tuple[str, ...], max_subtasks: 
     return step, plan
 
 
+@functools.lru_cache(maxsize=20_000)
+def _check_features(task_text: str, instructions: tuple[str, ...], max_subtasks: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~edo_gym.envs.observation.plan_check_features`, memoised (read-only arrays)."""
+    step, plan = O.plan_check_features(task_text, instructions, max_subtasks)
+    step.setflags(write=False)
+    plan.setflags(write=False)
+    return step, plan
+
+
 #: ``_plan_tables`` by the identity of a steps tuple, which is kept alive as the entry's first item (so its ``id`` is not
 #: reused while the entry lives): ``parse_plan`` returns the same tuple for the same reply, and this skips hashing its
 #: steps (a generated dataclass ``__hash__`` per step) for the lru cache. Cleared when it reaches ``_TABLES_BY_ID_SIZE``.
@@ -247,6 +258,7 @@ class EDOEnv(gym.Env):
         self._history_len = cfg.history_len
         self._focus_view = cfg.focus_view
         self._text_features = cfg.text_features
+        self._plan_check = cfg.plan_check
         self._enable_verify = cfg.enable_verify
         self._replan_limit = cfg.max_replans if cfg.enable_replan else 0  # replan is legal while replans < this
         self._replan_scale = max(1, cfg.max_replans)
@@ -489,6 +501,10 @@ class EDOEnv(gym.Env):
         self._plan_static = head
         if self._text_features:
             self._step_text, self._plan_text = _text_features(
+                self.task.text, tuple([s.instruction for s in plan.steps]), self._max_subtasks
+            )
+        if self._plan_check:
+            self._step_check, self._plan_check_obs = _check_features(
                 self.task.text, tuple([s.instruction for s in plan.steps]), self._max_subtasks
             )
 
@@ -915,6 +931,9 @@ class EDOEnv(gym.Env):
         if self._text_features:
             obs["step_text"] = self._step_text.copy()
             obs["plan_text"] = self._plan_text.copy()
+        if self._plan_check:
+            obs["step_check"] = self._step_check.copy()
+            obs["plan_check"] = self._plan_check_obs.copy()
         if self._focus_view:
             self._focus(obs, sub, cur, done_stack)
         obs["action_mask"] = mask.copy()

@@ -27,6 +27,10 @@ embedding dims):
   names and identifiers its instruction mentions that the task text does not, and the share of its longer words
   that the task text does not contain; ``plan_text`` ``(2,)``, the share of the task's names and identifiers that no
   step mentions, and the same for its longer words;
+- with ``EDOConfig.plan_check`` (off by default), the check a careful orchestrator makes by reading the task and the
+  plan (:func:`plan_check_features`): ``step_check`` ``(S,)``, 1 for a written step that is not the step a rule-based
+  planner writes from the task text at that position; ``plan_check`` ``(2,)``: the written plan differs from that
+  plan, and the task text is of no form the rule-based planner reads (then ``step_check`` is all 0);
 - the pointer-free view (``EDOConfig.focus_view``, on by default since 0.4.0), the same facts at fixed positions so
   that a network need not find the marked row: ``current`` ``(25,)``, the row of the step a dispatch would run (zeros
   when all are done); ``last`` ``(25,)``, the row of the last finished step (the one ``verify`` and ``rollback`` act
@@ -98,6 +102,9 @@ def observation_space(config: EDOConfig, n_actions: int) -> spaces.Dict:
     if config.text_features:
         d["step_text"] = spaces.Box(0.0, 1.0, (S, 2), np.float32)
         d["plan_text"] = spaces.Box(0.0, 1.0, (2,), np.float32)
+    if config.plan_check:
+        d["step_check"] = spaces.Box(0.0, 1.0, (S,), np.float32)
+        d["plan_check"] = spaces.Box(0.0, 1.0, (2,), np.float32)
     if config.focus_view:
         d["current"] = spaces.Box(0.0, 1.0, (SUBTASK_FEATURES,), np.float32)
         d["last"] = spaces.Box(0.0, 1.0, (SUBTASK_FEATURES,), np.float32)
@@ -178,6 +185,27 @@ def plan_text_features(task_text: str, instructions: tuple[str, ...], max_subtas
         plan[0] = len(task_names - plan_names) / len(task_names)
     if task_words:
         plan[1] = len(task_words - plan_words) / len(task_words)
+    return step, plan
+
+
+def plan_check_features(task_text: str, instructions: tuple[str, ...], max_subtasks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``step_check`` ``(max_subtasks,)`` and ``plan_check`` ``(2,)`` observation entries (see the module docstring):
+    the written plan's instructions against those of :func:`edo_gym.agents.planner.rule_plan`, the plan a rule-based
+    planner writes from the task text (the world's public templates). A function of the two texts only: what an
+    orchestrator that reads its prompt carefully can check (the ``plan_check_text`` probe makes the same check).
+    A written plan may differ from the rule-based one and still work (an equivalent wording); nothing says so here."""
+    from edo_gym.agents.planner import rule_plan  # (the planner imports nothing of the env)
+
+    step = np.zeros(max_subtasks, dtype=np.float32)
+    plan = np.zeros(2, dtype=np.float32)
+    reference = rule_plan(task_text)
+    if reference is None:
+        plan[1] = 1.0
+        return step, plan
+    expected = [s.instruction for s in reference.steps]
+    for i, instruction in enumerate(instructions[:max_subtasks]):
+        step[i] = float(i >= len(expected) or instruction != expected[i])
+    plan[0] = float(list(instructions) != expected)
     return step, plan
 
 
