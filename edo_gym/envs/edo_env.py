@@ -149,18 +149,13 @@ def _plan_tables(
 
 
 @functools.lru_cache(maxsize=20_000)
-def _text_features(task_text: str, instructions: tuple[str, ...], max_subtasks: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`~edo_gym.envs.observation.plan_text_features`, memoised (read-only arrays)."""
-    step, plan = O.plan_text_features(task_text, instructions, max_subtasks)
-    step.setflags(write=False)
-    plan.setflags(write=False)
-    return step, plan
-
-
-@functools.lru_cache(maxsize=20_000)
-def _check_features(task_text: str, instructions: tuple[str, ...], max_subtasks: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`~edo_gym.envs.observation.plan_check_features`, memoised (read-only arrays)."""
-    step, plan = O.plan_check_features(task_text, instructions, max_subtasks)
+def _plan_features(
+    kind: str, task_text: str, instructions: tuple[str, ...], max_subtasks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~edo_gym.envs.observation.plan_text_features` (``kind="text"``) or
+    :func:`~edo_gym.envs.observation.plan_check_features` (``kind="check"``), memoised (read-only arrays)."""
+    compute = O.plan_text_features if kind == "text" else O.plan_check_features
+    step, plan = compute(task_text, instructions, max_subtasks)
     step.setflags(write=False)
     plan.setflags(write=False)
     return step, plan
@@ -500,12 +495,12 @@ class EDOEnv(gym.Env):
         head[O.P_REPAIRED] = float(plan.source == "repaired")
         self._plan_static = head
         if self._text_features:
-            self._step_text, self._plan_text = _text_features(
-                self.task.text, tuple([s.instruction for s in plan.steps]), self._max_subtasks
+            self._step_text, self._plan_text = _plan_features(
+                "text", self.task.text, tuple([s.instruction for s in plan.steps]), self._max_subtasks
             )
         if self._plan_check:
-            self._step_check, self._plan_check_obs = _check_features(
-                self.task.text, tuple([s.instruction for s in plan.steps]), self._max_subtasks
+            self._step_check, self._plan_check_obs = _plan_features(
+                "check", self.task.text, tuple([s.instruction for s in plan.steps]), self._max_subtasks
             )
 
     @property
