@@ -186,6 +186,7 @@ class Embedder:
         self.dim = int(self.model.get_embedding_dimension())
         self.tokenizer = self.model.tokenizer
         self._chunking_ok: bool | None = None
+        self._rows_independent: bool | None = None
         self._counter: Any = False  # the Rust token counter, built at the first count (None: not available)
 
     def encode(self, texts: list[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
@@ -210,7 +211,10 @@ class Embedder:
 
         sentence-transformers sorts a list by character length, cuts it into batches of ``batch_size`` and pads
         each batch to its longest text; a text's vector depends on that padded length only (not on the other rows
-        of its batch: measured bit-identical). So each text is embedded at the padded length its reference batch
+        of its batch: measured bit-identical). A text embedded alone is another matter: on some CPUs (measured on an
+        Intel Xeon, not on an AMD EPYC) a one-row pass differs from the same row in a larger pass by about 1e-7, so
+        with ``singles`` the texts are batched only where a probe finds the two bit-identical
+        (:meth:`_singles_batch_exactly`), and embedded one by one elsewhere. So each text is embedded at the padded length its reference batch
         gives it (its own token count with ``singles``), duplicates once, in chunks of about
         :data:`CHUNK_TOKENS` tokens (faster on a CPU than batches of 64) run by ``threads`` Python threads with
         one torch thread each. Where that reconstruction does not apply (a model that flattens inputs), each list
@@ -281,11 +285,30 @@ class Embedder:
                 features = self.model.preprocess([texts[r] for r in unique])
                 length = int(features["input_ids"].shape[1])
                 step = max(1, CHUNK_TOKENS // max(1, length))
+                if singles and not self._singles_batch_exactly():
+                    step = 1
                 for s in range(0, len(unique), step):
                     part = unique[s : s + step]
                     chunk = {k: v[s : s + step] if _is_batch_tensor(v, len(unique)) else v for k, v in features.items()}
                     jobs.append(_Job(li, part, {r: members[texts[r]] for r in part}, chunk, length * len(part)))
         return jobs
+
+    def _singles_batch_exactly(self) -> bool:
+        """Whether a text's vector in a pass of several equal-length rows is bit for bit its vector embedded alone.
+
+        Probed once per embedder: a text alone, then twice in one pass (same length, so only the pass's row count
+        differs). Whether the two agree depends on the CPU's matrix kernels for a one-row input, not on the text.
+        """
+        if self._rows_independent is None:
+            import torch
+
+            features = self.model.preprocess(["How many orders did the warehouse ship last week?"])
+            pair = {k: torch.cat([v, v]) if _is_batch_tensor(v, 1) else v for k, v in features.items()}
+            with scoped_torch_threads(1), torch.inference_mode():
+                alone = self.model(features)["sentence_embedding"]
+                both = self.model(pair)["sentence_embedding"]
+            self._rows_independent = bool(torch.equal(alone[0], both[0]) and torch.equal(alone[0], both[1]))
+        return self._rows_independent
 
     def _equal_length_groups(self, texts: list[str]) -> list[list[int]]:
         """Indices of ``texts`` grouped by token count (with special tokens, as the model sees them)."""

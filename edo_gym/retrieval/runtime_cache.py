@@ -3,10 +3,10 @@ search results.
 
 Every env process meets query strings and texts no earlier step used (queries built from upstream answers, replies
 whose tokens are counted). Their vector or count is a pure function of the model and the text, so a
-:class:`RuntimeCache` keeps them on disk, in one SQLite database per model (``runtime-<model key>.sqlite3`` in the
-embedding cache directory): the next process finds them there instead of running the model again. Each entry is the
-value the model computed in some process for exactly this text (no approximation, no other text's value): a
-query is still embedded by the configured model the first time any process meets it. Search results
+:class:`RuntimeCache` keeps them on disk, in one SQLite database per model and format
+(``runtime-v<format>-<model key>.sqlite3`` in the embedding cache directory): the next process finds them there
+instead of running the model again. Each entry is the value the model computed in some process for exactly this
+text (no approximation, no other text's value): a query is still embedded by the configured model the first time any process meets it. Search results
 (``RetrievalConfig.search_cache``) are kept the same way, keyed by the shard's fingerprint, ``k`` and a digest of
 the query vector (see :mod:`edo_gym.retrieval.store`): each was found by a real index query the first time any
 process searched that vector in that shard.
@@ -45,7 +45,9 @@ import numpy as np
 from edo_gym._sqlite import retry_locked, set_wal
 from edo_gym.retrieval.cache import CacheWarning
 
-FORMAT_VERSION = 1
+#: Part of the file name: a database of an earlier format is left unread (format 1's vectors embedded ahead were
+#: computed in batches, which on some CPUs differs in the last bits from a text embedded alone).
+FORMAT_VERSION = 2
 #: Buffered entries that trigger a commit.
 FLUSH_EVERY = 256
 #: Seconds after which buffered entries are committed at the next write.
@@ -117,7 +119,7 @@ class RuntimeCache:
         self.directory = Path(directory).expanduser()
         self.model_id = model_id
         self.dim = dim
-        self.path = self.directory / f"runtime-{hashlib.sha256(model_id.encode()).hexdigest()[:12]}.sqlite3"
+        self.path = self.directory / f"runtime-v{FORMAT_VERSION}-{hashlib.sha256(model_id.encode()).hexdigest()[:12]}.sqlite3"
         self.max_bytes = max_bytes()
         #: The size limit was reached: entries are read, no longer written.
         self.full = False
