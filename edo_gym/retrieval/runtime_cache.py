@@ -6,10 +6,10 @@ whose tokens are counted). Their vector or count is a pure function of the model
 :class:`RuntimeCache` keeps them on disk, in one SQLite database per model and format
 (``runtime-v<format>-<model key>.sqlite3`` in the embedding cache directory): the next process finds them there
 instead of running the model again. Each entry is the value the model computed in some process for exactly this
-text (no approximation, no other text's value): a query is still embedded by the configured model the first time any process meets it. Search results
-(``RetrievalConfig.search_cache``) are kept the same way, keyed by the shard's fingerprint, ``k`` and a digest of
-the query vector (see :mod:`edo_gym.retrieval.store`): each was found by a real index query the first time any
-process searched that vector in that shard.
+text (no approximation, no other text's value): a query is still embedded by the configured model the first time
+any process meets it. Search results (``RetrievalConfig.search_cache``) are kept the same way, keyed by the shard's
+fingerprint, ``k`` and a digest of the query vector (see :mod:`edo_gym.retrieval.store`): each was found by a real
+index query the first time any process searched that vector in that shard.
 
 Safety: SQLite's write-ahead log with ``INSERT OR IGNORE`` transactions, so several processes may read and write at
 once, and a process killed mid-write leaves the database as it was before that transaction. Each vector is stored
