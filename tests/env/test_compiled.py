@@ -48,18 +48,23 @@ print(json.dumps({"summary": compiled.summary(), "digests": out}))
 """
 
 
-def _expected() -> dict[str, str]:
+def _expected() -> dict[str, tuple[str, float]]:
     import test_speed_exactness as t
 
     return {**t.FULL_RUN_DIGESTS, "seeded-400": t.SEEDED_RUN_DIGEST}
 
 
 def test_pure_python_reproduces_the_stored_digests() -> None:
+    import test_speed_exactness as t
+
     proc = _run(_DIGESTS, "off")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["summary"] == "source"
-    assert result["digests"] == _expected()
+    expected = _expected()
+    assert set(result["digests"]) == set(expected)
+    differing = {k: v for k, v in result["digests"].items() if not t.RunDigest(*v).matches(expected[k])}
+    assert not differing, f"runs whose digests differ from the stored ones: {differing}"
 
 
 def _all_built() -> bool:
