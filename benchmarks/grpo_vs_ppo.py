@@ -18,6 +18,11 @@ Usage::
     python benchmarks/grpo_vs_ppo.py --quick         # reduced: 2 seeds x 40k steps, 60 tasks (make bench-quick)
     python benchmarks/grpo_vs_ppo.py --ent-coef-from none   # full tier with every algorithm's class default ent_coef
 
+Setup (``--setup``): by default every algorithm trains with ``TrainConfig``'s defaults (the default observation, a
+warm start by behaviour cloning on 2,000 recorded episodes of ``rule_based``). ``--setup levers`` trains each with the
+best configuration of ``study_levers.py`` instead: the text features and the plan check in the observation
+(``text_features=True``, ``plan_check=True``) and a warm start on ``plan_check_text``'s episodes.
+
 Entropy coefficients: the full tier trains each algorithm with the coefficient ``tune_ent_coef.py`` chose for it
 (``benchmarks/results/tune_ent_coef.json``, committed; ``--ent-coef-from PATH`` for another sweep), so that no
 algorithm wins by tuning; the quick and smoke tiers use the class defaults.
@@ -48,6 +53,16 @@ ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
 #: The best learned policy should beat the strongest observation-only heuristic by this much (issue 10).
 RULE_BASED_MARGIN = 0.05
 TARGETS = {"params_ratio_max": 0.55, "success_gap_max": 0.02, "time_to_target_ratio_max": 0.6}
+#: ``--setup``: a description, the env options and the training overrides (besides ``net_arch`` and ``ent_coef``) that
+#: every algorithm gets. ``levers`` is the best configuration of ``study_levers.py``.
+SETUPS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "levers": (
+        "the text features and the plan check in the observation, a warm start on plan_check_text's episodes",
+        {"text_features": True, "plan_check": True},
+        {"warm_start": "plan_check_text"},
+    ),
+    "train-defaults": ("TrainConfig's defaults: the default observation, a warm start on rule_based's episodes", {}, {}),
+}
 
 
 def heuristic_reference(env_id: str, episodes: int) -> list[dict[str, Any]]:
@@ -209,6 +224,7 @@ def markdown(summary: dict[str, Any], heuristics: list[dict[str, Any]], settings
         f"Budget: {settings['timesteps']:,} env steps per run, seeds {settings['seeds']}, actor net_arch "
         f"{settings['net_arch']}, evaluation every {settings['eval_every']:,} steps on {settings['eval_episodes']} "
         "held-out tasks (deterministic actions). Times are medians over seeds and exclude evaluation.",
+        *([f"Setup ({settings['setup']}): {settings['setup_description']}."] if settings.get("setup") else []),
         "",
         "| algo | final success (95% CI) | final return | before RL (warm start) | params | optimizer state | peak RSS "
         "| wall time | rollout | update | time to PPO's final success | env steps to it |",
@@ -350,11 +366,13 @@ def points(cfg: StudyConfig) -> dict[str, Point]:
 
 def spec(cfg: StudyConfig, point: Point, algo: str, seed: int) -> RunSpec:
     """Evaluated at step 0 and every ``eval_every`` steps (the learning curve), on the same held-out tasks for all."""
-    overrides: dict[str, Any] = {"net_arch": net_arch_of(cfg)}
+    _, env_kwargs, setup_overrides = SETUPS[cfg.options.setup]
+    overrides: dict[str, Any] = {**setup_overrides, "net_arch": net_arch_of(cfg)}
     if algo in tuned_ent_coefs(cfg):
         overrides["ent_coef"] = tuned_ent_coefs(cfg)[algo]
     return RunSpec(algo=algo, seed=seed, env_id=point.env_id, total_timesteps=cfg.budget.timesteps,
-                   eval_every=eval_every_of(cfg), eval_episodes=cfg.budget.eval_episodes, train_overrides=overrides)  # fmt: skip
+                   eval_every=eval_every_of(cfg), eval_episodes=cfg.budget.eval_episodes, train_overrides=overrides,
+                   env_kwargs=dict(env_kwargs))  # fmt: skip
 
 
 def best_learned_vs_rule_based(summary: dict[str, Any], heuristics: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -380,7 +398,9 @@ def summarise_study(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str
     summary["best_learned_vs_best_text_reading"] = best_learned_vs_best_hand_written(summary, heuristics, reads_text=True)
     settings = {"command": cfg.command, "mode": cfg.tier, "seeds": list(cfg.budget.seeds), "timesteps": cfg.budget.timesteps,
                 "eval_every": eval_every_of(cfg), "eval_episodes": cfg.budget.eval_episodes, "net_arch": net_arch_of(cfg),
-                "algos": list(cfg.algos), "env": cfg.options.env, "ent_coef_by_algo": tuned_ent_coefs(cfg) or None}  # fmt: skip
+                "algos": list(cfg.algos), "env": cfg.options.env, "ent_coef_by_algo": tuned_ent_coefs(cfg) or None,
+                "setup": cfg.options.setup, "setup_description": SETUPS[cfg.options.setup][0],
+                "env_kwargs": SETUPS[cfg.options.setup][1], "train_overrides": SETUPS[cfg.options.setup][2]}  # fmt: skip
     md = markdown(summary, heuristics, settings, machine_line(machine_info()))
     return {"settings": settings, "summary": summary, "heuristics": heuristics, "runs": by_algo}, md
 
@@ -399,6 +419,13 @@ STUDY = Study(
         Option("--eval-every", None, "env steps between held-out evaluations (default: timesteps / 8)", type=int),
         Option("--env", "EDO-v0", "env id"),
         Option("--net-arch", "128,128", "actor hidden sizes, comma-separated (same for all algos)"),
+        Option(
+            "--setup",
+            "train-defaults",
+            "what every algorithm trains with: 'levers' (text features, plan check, warm start on plan_check_text) or "
+            "'train-defaults' (TrainConfig's)",
+            choices=tuple(SETUPS),
+        ),
         Option(
             "--ent-coef-from",
             Tiered(full=TUNED_ENT_COEFS, quick=None, smoke=None),
