@@ -18,10 +18,11 @@ Usage::
     python benchmarks/grpo_vs_ppo.py --quick         # reduced: 2 seeds x 40k steps, 60 tasks (make bench-quick)
     python benchmarks/grpo_vs_ppo.py --ent-coef-from none   # full tier with every algorithm's class default ent_coef
 
-Setup (``--setup``): by default every algorithm trains with ``TrainConfig``'s defaults (the default observation, a
-warm start by behaviour cloning on 2,000 recorded episodes of ``rule_based``). ``--setup levers`` trains each with the
-best configuration of ``study_levers.py`` instead: the text features and the plan check in the observation
-(``text_features=True``, ``plan_check=True``) and a warm start on ``plan_check_text``'s episodes.
+Setup (``--setup``): by default (``levers``) every algorithm trains with the best configuration of ``study_levers.py``,
+the one ``make train`` uses: the text features and the plan check in the observation (``text_features=True``,
+``plan_check=True``) and a warm start by behaviour cloning on 2,000 recorded episodes of ``plan_check_text`` (a
+hand-written policy that reads the plan text). ``--setup train-defaults`` trains each with ``TrainConfig``'s defaults
+instead (the default observation, a warm start on ``rule_based``'s episodes).
 
 Entropy coefficients: the full tier trains each algorithm with the coefficient ``tune_ent_coef.py`` chose for it
 (``benchmarks/results/tune_ent_coef.json``, committed; ``--ent-coef-from PATH`` for another sweep), so that no
@@ -421,9 +422,9 @@ STUDY = Study(
         Option("--net-arch", "128,128", "actor hidden sizes, comma-separated (same for all algos)"),
         Option(
             "--setup",
-            "train-defaults",
-            "what every algorithm trains with: 'levers' (text features, plan check, warm start on plan_check_text) or "
-            "'train-defaults' (TrainConfig's)",
+            "levers",
+            "what every algorithm trains with: 'levers' (text features, plan check, warm start on plan_check_text; "
+            "make train's) or 'train-defaults' (TrainConfig's)",
             choices=tuple(SETUPS),
         ),
         Option(
