@@ -3,7 +3,9 @@
 So that the GRPO-vs-PPO comparison (``grpo_vs_ppo.py``) is not won by tuning, every algorithm gets its entropy
 coefficient chosen the same way: a grid over ``ent_coef`` x seeds, one Ray Tune trial per (algorithm, ent_coef,
 seed), every trial with the same env-step budget, actor ``net_arch``, evaluation tasks and per-episode seeds.
-The other hyperparameters are the shared ``TrainConfig`` defaults.
+The other hyperparameters are the shared ``TrainConfig`` defaults, with the setup of the comparison (``--setup``, as
+in ``grpo_vs_ppo.py``; default ``levers``: the text features and the plan check in the observation and a warm start
+on ``plan_check_text``'s episodes, ``make train``'s configuration; ``train-defaults``: ``TrainConfig``'s alone).
 
 Selection is on **validation** tasks: the *last* ``eval_episodes`` tasks of the held-out split
 (``RunSpec(eval_on="validation")``), disjoint from the first ones that ``grpo_vs_ppo.py`` and the studies report
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_lib import REPO, RunSpec  # noqa: E402
 from benchmarks.executors import RAY_MISSING, RETRIES, OnFailure, OnSuccess, init_ray, run_spec_dict  # noqa: E402
+from benchmarks.grpo_vs_ppo import SETUPS  # noqa: E402
 from benchmarks.study import (  # noqa: E402
     Budget,
     Execution,
@@ -67,7 +70,11 @@ def point_id(ent_coef: float) -> str:
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
-    return {point_id(e): Point(train_overrides={"ent_coef": e}) for e in cfg.options.ent_coefs}
+    _, env_kwargs, setup_overrides = SETUPS[cfg.options.setup]
+    return {
+        point_id(e): Point(env_kwargs=dict(env_kwargs), train_overrides={**setup_overrides, "ent_coef": e})
+        for e in cfg.options.ent_coefs
+    }
 
 
 def spec(cfg: StudyConfig, point: Point, algo: str, seed: int) -> RunSpec:
@@ -95,14 +102,17 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
                                     "seeds": [r["spec"]["seed"] for r in recs]}  # fmt: skip
     best = {algo: best_of(row) for algo, row in grid.items()}
     b = cfg.budget
-    settings = {**cfg.settings(), "ent_coefs": list(cfg.options.ent_coefs), "eval_on": "validation",
+    setup = cfg.options.setup
+    settings = {**cfg.settings(), "ent_coefs": list(cfg.options.ent_coefs), "eval_on": "validation", "setup": setup,
+                "setup_description": SETUPS[setup][0], "env_kwargs": SETUPS[setup][1], "train_overrides": SETUPS[setup][2],
                 "validation_tasks": f"the last {b.eval_episodes} tasks of the held-out split", "net_arch": [128, 128],
                 "tuner": "ray.tune.Tuner, grid search, one trial per (algo, ent_coef, seed), max_failures=1"}  # fmt: skip
     lines = header(
         "Entropy coefficient per algorithm (Ray Tune grid, equal budget per trial)",
         cfg.command,
         cfg.tier,
-        f"Every trial: {b.timesteps:,} env steps, actor [128, 128], the shared TrainConfig settings but ent_coef; "
+        f"Every trial: {b.timesteps:,} env steps, actor [128, 128], the shared TrainConfig settings but ent_coef, with "
+        f"the setup '{setup}' ({SETUPS[setup][0]}); "
         f"seeds {list(b.seeds)}; validation success on the last {b.eval_episodes} held-out tasks (disjoint from the "
         "first ones the comparisons report on). Cells: mean over seeds (95% CI when more than one seed); **bold**: chosen.",
     )
@@ -163,6 +173,13 @@ STUDY = Study(
             "entropy coefficients to try",
             type=float,
             nargs="+",
+        ),
+        Option(
+            "--setup",
+            "levers",
+            "what every trial trains with, as in grpo_vs_ppo.py: 'levers' (text features, plan check, warm start on "
+            "plan_check_text; make train's) or 'train-defaults' (TrainConfig's)",
+            choices=tuple(SETUPS),
         ),
     ),
     points=points,

@@ -512,6 +512,11 @@ def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
     specs = [r["spec"] for r in data["runs"].values()]
     assert {(s["total_timesteps"], s["eval_episodes"], s["eval_on"]) for s in specs} == {(300, 3, "validation")}
     assert sorted(s["train_overrides"]["ent_coef"] for s in specs) == [0.0, 0.0, 0.01, 0.01]
+    # the comparison's default setup, make train's levers, in every trial
+    assert data["settings"]["setup"] == "levers"
+    assert {(tuple(sorted(s["env_kwargs"].items())), s["train_overrides"]["warm_start"]) for s in specs} == {
+        ((("plan_check", True), ("text_features", True)), "plan_check_text")
+    }
     proc = run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
                        "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=300)  # fmt: skip
     assert "4 finished before, 0 to run" in proc.stdout  # a rerun skips finished trials and starts no Tuner
