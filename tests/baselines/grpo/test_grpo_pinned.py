@@ -126,8 +126,8 @@ def _check(run: dict[str, object], pinned: dict[str, object]) -> None:
 # computed in pure Python on the 0.3.0 dynamics (key-value grading; GiGPO's anchors from the observation) without the
 # pointer-free view (focus_view=False, the observation these were first recorded on); a change that moves one of these
 # digests says which trajectories move and why. The buffer digests leave out the task embedding (``task_abs``): they
-# are the same at f357070 and here, on an AMD EPYC, and with the model's vectors multiplied by 1 + eps * N(0, 1) for
-# eps 3e-6 and 3e-5
+# are the same on the last version that reproduced the earlier ones (which hashed the task embedding's bits too), on
+# an AMD EPYC, and with the model's vectors multiplied by 1 + eps * N(0, 1) for eps 3e-6 and 3e-5
 PINNED_NO_FOCUS = {
     "grpo": {
         "num_timesteps": 210,
