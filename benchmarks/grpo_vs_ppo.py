@@ -66,6 +66,23 @@ SETUPS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 }
 
 
+def setup_option(what: str) -> Option:
+    """The ``--setup`` option (default ``levers``) of a study whose runs train with one of :data:`SETUPS`."""
+    return Option(
+        "--setup",
+        "levers",
+        f"what {what} trains with: 'levers' (text features, plan check, warm start on plan_check_text; make train's) "
+        "or 'train-defaults' (TrainConfig's)",
+        choices=tuple(SETUPS),
+    )
+
+
+def setup_settings(name: str) -> dict[str, Any]:
+    """The settings keys that record a setup in a result file."""
+    description, env_kwargs, train_overrides = SETUPS[name]
+    return {"setup": name, "setup_description": description, "env_kwargs": env_kwargs, "train_overrides": train_overrides}
+
+
 def heuristic_reference(env_id: str, episodes: int) -> list[dict[str, Any]]:
     from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env
     from baselines.heuristics import HEURISTICS, make_heuristic
@@ -400,8 +417,7 @@ def summarise_study(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str
     settings = {"command": cfg.command, "mode": cfg.tier, "seeds": list(cfg.budget.seeds), "timesteps": cfg.budget.timesteps,
                 "eval_every": eval_every_of(cfg), "eval_episodes": cfg.budget.eval_episodes, "net_arch": net_arch_of(cfg),
                 "algos": list(cfg.algos), "env": cfg.options.env, "ent_coef_by_algo": tuned_ent_coefs(cfg) or None,
-                "setup": cfg.options.setup, "setup_description": SETUPS[cfg.options.setup][0],
-                "env_kwargs": SETUPS[cfg.options.setup][1], "train_overrides": SETUPS[cfg.options.setup][2]}  # fmt: skip
+                **setup_settings(cfg.options.setup)}  # fmt: skip
     md = markdown(summary, heuristics, settings, machine_line(machine_info()))
     return {"settings": settings, "summary": summary, "heuristics": heuristics, "runs": by_algo}, md
 
@@ -420,13 +436,7 @@ STUDY = Study(
         Option("--eval-every", None, "env steps between held-out evaluations (default: timesteps / 8)", type=int),
         Option("--env", "EDO-v0", "env id"),
         Option("--net-arch", "128,128", "actor hidden sizes, comma-separated (same for all algos)"),
-        Option(
-            "--setup",
-            "levers",
-            "what every algorithm trains with: 'levers' (text features, plan check, warm start on plan_check_text; "
-            "make train's) or 'train-defaults' (TrainConfig's)",
-            choices=tuple(SETUPS),
-        ),
+        setup_option("every algorithm"),
         Option(
             "--ent-coef-from",
             Tiered(full=TUNED_ENT_COEFS, quick=None, smoke=None),

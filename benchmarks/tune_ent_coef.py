@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_lib import REPO, RunSpec  # noqa: E402
 from benchmarks.executors import RAY_MISSING, RETRIES, OnFailure, OnSuccess, init_ray, run_spec_dict  # noqa: E402
-from benchmarks.grpo_vs_ppo import SETUPS  # noqa: E402
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
 from benchmarks.study import (  # noqa: E402
     Budget,
     Execution,
@@ -103,8 +103,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     best = {algo: best_of(row) for algo, row in grid.items()}
     b = cfg.budget
     setup = cfg.options.setup
-    settings = {**cfg.settings(), "ent_coefs": list(cfg.options.ent_coefs), "eval_on": "validation", "setup": setup,
-                "setup_description": SETUPS[setup][0], "env_kwargs": SETUPS[setup][1], "train_overrides": SETUPS[setup][2],
+    settings = {**cfg.settings(), "ent_coefs": list(cfg.options.ent_coefs), "eval_on": "validation", **setup_settings(setup),
                 "validation_tasks": f"the last {b.eval_episodes} tasks of the held-out split", "net_arch": [128, 128],
                 "tuner": "ray.tune.Tuner, grid search, one trial per (algo, ent_coef, seed), max_failures=1"}  # fmt: skip
     lines = header(
@@ -174,13 +173,7 @@ STUDY = Study(
             type=float,
             nargs="+",
         ),
-        Option(
-            "--setup",
-            "levers",
-            "what every trial trains with, as in grpo_vs_ppo.py: 'levers' (text features, plan check, warm start on "
-            "plan_check_text; make train's) or 'train-defaults' (TrainConfig's)",
-            choices=tuple(SETUPS),
-        ),
+        setup_option("every trial"),
     ),
     points=points,
     spec=spec,
