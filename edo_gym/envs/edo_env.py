@@ -51,6 +51,8 @@ package version, and result files record it.
   ``verbosity`` and ``prompt_token_scale`` (for simulators calibrated to a real model; their defaults change nothing).
   An entity answer that names several entities is graded on those of the kind asked for ("the birthplace of Elsa
   Novak is Morven" states the city Morven); the other ids' trajectories are unchanged (their stored digests pass).
+  A multi-hop final answer may name the entity its last hop asks about ("The mentor of Elsa Novak is Dario Quell."),
+  as a step's answer may name its question's subject; no simulated answer names it, so only real replies change.
 - 0.2.0: one text-only LLM protocol; workers read the documents they retrieve; ``verify(w)`` is a charged call per
   worker; the planner makes shape-keeping errors; no hidden state in the observation or ``info``; answers
   normalised for real-model phrasing; ``info["anchor_key"]`` added.

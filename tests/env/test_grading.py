@@ -83,3 +83,27 @@ def test_env_metadata_carries_the_package_version():
     import edo_gym
 
     assert gym.make("EDO-v0").unwrapped.metadata["edo_gym_version"] == edo_gym.__version__
+
+
+def test_a_final_answer_may_name_the_entity_the_last_hop_asks_about():
+    """``grade_final`` does not take the last step's input (the bridge entity of a multi-hop task) for the answer, as a
+    step's grade does not take its question's subject: the bridge with the gold answer is right, either alone or with
+    another candidate is not."""
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+    from edo_gym.world.grading import grade_final
+
+    env = gym.make("EDO-v0", tasks_split="test")
+    try:
+        base = env.unwrapped
+        task = next(t for t in base.pool.tasks if t.family == "multihop" and t.hops == 2)
+        bridge, gold = task.subtasks[0].answer, task.answer
+        other = next(p for p in base.world.entities["person"] if p not in (bridge, gold) and p not in task.text)
+        assert grade_final(base.world, task, gold)
+        assert grade_final(base.world, task, f"The answer for {bridge} is {gold}.")
+        assert not grade_final(base.world, task, bridge)
+        assert not grade_final(base.world, task, f"The answer for {bridge} is {other}.")
+        assert not grade_final(base.world, task, f"{gold} or {other}")
+    finally:
+        env.close()

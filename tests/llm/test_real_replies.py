@@ -113,6 +113,29 @@ def test_real_reply_gets_the_readers_verdict(heldout, task_text, reply, expected
     assert grade_final(world, task, reply) is expected, (task.answer, reply)
 
 
+#: (task text, reply, expected verdict) on ``EDO-Small-v0``'s held-out tasks, from the same recording
+SMALL_TIER_REPLIES: list[tuple[str, str, bool]] = [
+    # the last hop's subject named with the right answer: "the mentor of <the mentor of Priya Brandt> is <the answer>"
+    ("What is the mentor of the mentor of Priya Brandt?", "The mentor of Elsa Novak is Dario Quell.", True),
+    ("What is the mentor of the mentor of Priya Brandt?", "Elsa Novak has been the mentor of Priya Brandt.", False),
+]
+
+
+@pytest.mark.parametrize(("task_text", "reply", "expected"), SMALL_TIER_REPLIES)
+def test_real_small_tier_reply_gets_the_readers_verdict(task_text, reply, expected):
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+
+    env = gym.make("EDO-Small-v0", tasks_split="test")
+    try:
+        base = env.unwrapped
+        task = next(t for t in base.pool.tasks if t.text == task_text)
+        assert grade_final(base.world, task, reply) is expected, (task.answer, reply)
+    finally:
+        env.close()
+
+
 def test_the_table_covers_every_family_and_both_verdicts(heldout):
     """The recording holds no right analytics or multi-hop answer of the 135M model: those families have wrong ones."""
     _, tasks = heldout
