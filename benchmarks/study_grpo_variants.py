@@ -2,7 +2,8 @@
 
 One factor at a time around the default GRPO of ``baselines.training.TrainConfig`` (whatever its group size,
 std normalisation, KL coefficient and supervision are; the table header prints them), on EDO-v0, with the same env-step budget, seeds and
-held-out tasks for every variant:
+held-out tasks for every variant, all with ``--setup`` (default ``levers``: ``make train``'s text features, plan check
+and warm start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s):
 
 - group size G = 4, 8, 16, with the number of groups per rollout scaled so that every rollout has the same
   number of episodes as the default (so only the grouping changes, not the batch);
@@ -37,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
 from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
 from benchmarks.summary import (  # noqa: E402
     MISSING,
@@ -91,8 +93,9 @@ def slug(variant: str) -> str:
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
+    _, env_kwargs, setup_overrides = SETUPS[cfg.options.setup]
     return {
-        slug(name): Point(train_overrides=ov, algos=("grpo",))
+        slug(name): Point(env_kwargs=dict(env_kwargs), train_overrides={**setup_overrides, **ov}, algos=("grpo",))
         for name, ov in variants(cfg.options.groups, cfg.options.kl).items()
     }
 
@@ -103,7 +106,8 @@ def markdown(settings: dict[str, Any], results: dict[str, Any]) -> str:
         settings["command"],
         settings["mode"],
         f"EDO-v0, {settings['timesteps']:,} env steps per run, seeds {settings['seeds']}, evaluation on "
-        f"{settings['eval_episodes']} held-out tasks. Base = TrainConfig default GRPO ({settings['base']}). Group-size "
+        f"{settings['eval_episodes']} held-out tasks. Base = TrainConfig default GRPO ({settings['base']}), with the "
+        f"setup '{settings['setup']}' ({settings['setup_description']}). Group-size "
         "variants keep the episodes per rollout constant. Success: mean over seeds (95% CI when more than one seed); "
         "times: medians, evaluation excluded.",
     )
@@ -148,7 +152,8 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     table = variants(cfg.options.groups, cfg.options.kl)
-    settings = {**cfg.settings(), "env_id": "EDO-v0", "base": base_description(), "variants": table}
+    settings = {**cfg.settings(), "env_id": "EDO-v0", "base": base_description(), "variants": table,
+                **setup_settings(cfg.options.setup)}  # fmt: skip
     results = {}
     for name, ov in table.items():
         recs = runs.seeds(slug(name), "grpo")
@@ -201,6 +206,7 @@ STUDY = Study(
     options=(
         Option("--groups", Tiered(full=[4, 8, 16], quick=[4, 8, 16], smoke=[4]), "group sizes", type=int, nargs="+"),
         Option("--kl", 0.05, "kl_coef of the KL variant", type=float),
+        setup_option("every variant"),
     ),
     points=points,
     summarise=summarise,

@@ -1,10 +1,11 @@
 """Fairness check: does PPO / MaskablePPO catch up with GRPO when *they* get a few hyperparameter settings too?
 
 GRPO's ``make train`` settings were picked after trying about eight settings on EDO-v0 (see
-baselines/grpo/NOTES.md); the main benchmark gives PPO and MaskablePPO the same shared settings, which
-were not tuned for them. This study tries a comparable handful of PPO settings, including SB3's own defaults,
-at the same budget, and reports them beside the shared-settings runs. It picks nothing automatically: it
-prints every setting's held-out success.
+baselines/grpo/NOTES.md); the main benchmark gives PPO and MaskablePPO the same shared settings
+(``TrainConfig``'s, with the entropy coefficient the sweep chose for each), which were not otherwise tuned for them. This study tries a comparable handful of PPO settings, including SB3's own defaults,
+at the same budget, and reports them beside the shared-settings runs, all with ``--setup`` (default ``levers``:
+``make train``'s text features, plan check and warm start on ``plan_check_text``'s episodes; ``train-defaults``:
+``TrainConfig``'s). It picks nothing automatically: it prints every setting's held-out success.
 
 Usage: ``python benchmarks/study_ppo_tuning.py [--quick] [--seeds 0] [--timesteps 300000]``.
 Results: ``benchmarks/results/study_ppo_tuning.{json,md}``.
@@ -19,6 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
 from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path  # noqa: E402
 from benchmarks.summary import MISSING, header, seed_stats  # noqa: E402
 
@@ -26,7 +28,7 @@ NAME = "study_ppo_tuning"
 #: name -> TrainConfig overrides (on top of the shared defaults: lr 5e-4, ent 0.01, n_steps 256 x 16 envs,
 #: batch 512, 4 epochs, gamma 0.99, gae 0.95).
 SETTINGS: dict[str, dict[str, Any]] = {
-    "shared (main benchmark)": {},
+    "shared (TrainConfig)": {},
     "sb3 defaults": {"learning_rate": 3e-4, "ent_coef": 0.0, "n_steps": 128, "batch_size": 64, "n_epochs": 10},
     "sb3 defaults + ent 0.01": {"learning_rate": 3e-4, "ent_coef": 0.01, "n_steps": 128, "batch_size": 64, "n_epochs": 10},
     "lr 1e-3": {"learning_rate": 1e-3},
@@ -41,7 +43,11 @@ def slug(setting: str) -> str:
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
-    return {slug(name): Point(train_overrides=SETTINGS[name]) for name in cfg.options.settings}
+    _, env_kwargs, setup_overrides = SETUPS[cfg.options.setup]
+    return {
+        slug(name): Point(env_kwargs=dict(env_kwargs), train_overrides={**setup_overrides, **SETTINGS[name]})
+        for name in cfg.options.settings
+    }
 
 
 def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
@@ -59,7 +65,8 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
             }
     b = cfg.budget
     lines = header("PPO / MaskablePPO settings on EDO-v0", cfg.command, cfg.tier,
-                   f"{b.timesteps:,} env steps per run, seeds {list(b.seeds)}, {b.eval_episodes} held-out tasks, actor [128, 128]")  # fmt: skip
+                   f"{b.timesteps:,} env steps per run, seeds {list(b.seeds)}, {b.eval_episodes} held-out tasks, actor [128, 128], "
+                   f"the setup '{cfg.options.setup}' ({SETUPS[cfg.options.setup][0]})")  # fmt: skip
     lines += ["", "| algo | setting | held-out success | return | calls/ep |", "|---|---|---|---|---|"]
     for row in rows.values():
         if row["success"] is None:
@@ -78,7 +85,8 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
             f"({len(b.seeds)} seed(s)). Compare with GRPO's row in `grpo_vs_ppo.md` (same budget and task set). "
             "A handful of settings is not a full search; single-seed differences of a few points are noise."
         )
-    settings = {**cfg.settings(), "settings": list(cfg.options.settings), "out_dir": shown_path(cfg.out_dir)}
+    settings = {**cfg.settings(), "settings": list(cfg.options.settings), "out_dir": shown_path(cfg.out_dir),
+                **setup_settings(cfg.options.setup)}  # fmt: skip
     payload = {"settings": settings, "rows": rows, "runs": runs.by_key()}
     return payload, "\n".join(lines)
 
@@ -91,11 +99,12 @@ STUDY = Study(
     options=(
         Option(
             "--settings",
-            Tiered(full=list(SETTINGS), quick=list(SETTINGS), smoke=["shared (main benchmark)", "sb3 defaults"]),
+            Tiered(full=list(SETTINGS), quick=list(SETTINGS), smoke=["shared (TrainConfig)", "sb3 defaults"]),
             "settings to try",
             nargs="+",
             choices=list(SETTINGS),
         ),
+        setup_option("every setting"),
     ),  # fmt: skip
     points=points,
     summarise=summarise,
