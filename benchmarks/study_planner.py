@@ -4,7 +4,8 @@ The Planner's decomposition is wrong with probability ``planner_error_rate`` (a 
 mislabelled step). This study sweeps that rate (0, 0.2, 0.4, 0.6) on EDO-v0, with the ``replan`` action enabled
 and disabled (``enable_replan``), and reports held-out success of GRPO trained in each setting, and of the
 oracle, greedy router and static pipeline on the same tasks. The "replan benefit" is success with replan minus
-success without, per error rate and policy.
+success without, per error rate and policy. Every run trains with ``--setup`` (default ``levers``: ``make train``'s
+text features, plan check and warm start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s).
 
 Usage::
 
@@ -25,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
 from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
 from benchmarks.summary import (  # noqa: E402
     MISSING,
@@ -55,7 +57,12 @@ def env_kwargs(rate: float, replan: bool) -> dict[str, Any]:
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
-    return {key(r, rp): Point(env_kwargs=env_kwargs(r, rp)) for r in cfg.options.rates for rp in (True, False)}
+    _, setup_env, setup_overrides = SETUPS[cfg.options.setup]
+    return {
+        key(r, rp): Point(env_kwargs={**setup_env, **env_kwargs(r, rp)}, train_overrides=dict(setup_overrides))
+        for r in cfg.options.rates
+        for rp in (True, False)
+    }
 
 
 def policy_success(cell: dict[str, Any], policy: str) -> float | None:
@@ -71,7 +78,8 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], benefit: dict[st
         settings["command"],
         settings["mode"],
         f"EDO-v0 with `planner_error_rate` swept and `enable_replan` on/off. Budget: {settings['timesteps']:,} env "
-        f"steps per learned run, seeds {settings['seeds']}; evaluation on {settings['eval_episodes']} held-out tasks. "
+        f"steps per learned run, seeds {settings['seeds']}, the setup '{settings['setup']}' "
+        f"({settings['setup_description']}); evaluation on {settings['eval_episodes']} held-out tasks. "
         "Learned: mean over seeds (95% CI when more than one seed); heuristics: success (Wilson 95% CI).",
     )
     policies = [*algos, *HEURISTICS]
@@ -101,7 +109,8 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], benefit: dict[st
 
 def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     rates = list(cfg.options.rates)
-    settings = {**cfg.settings(), "rates": rates, "env_id": "EDO-v0", "heuristics": list(HEURISTICS)}
+    settings = {**cfg.settings(), "rates": rates, "env_id": "EDO-v0", "heuristics": list(HEURISTICS),
+                **setup_settings(cfg.options.setup)}  # fmt: skip
     results: dict[str, Any] = {}
     for r in rates:
         for rp in (True, False):
@@ -162,6 +171,7 @@ STUDY = Study(
             type=float,
             nargs="+",
         ),
+        setup_option("every learned run"),
     ),  # fmt: skip
     points=points,
     summarise=summarise,
