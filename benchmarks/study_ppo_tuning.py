@@ -1,11 +1,12 @@
 """Fairness check: does PPO / MaskablePPO catch up with GRPO when *they* get a few hyperparameter settings too?
 
 GRPO's ``make train`` settings were picked after trying about eight settings on EDO-v0 (see
-baselines/grpo/NOTES.md); the main benchmark gives PPO and MaskablePPO the same shared settings
-(``TrainConfig``'s, with the entropy coefficient the sweep chose for each), which were not otherwise tuned for them. This study tries a comparable handful of PPO settings, including SB3's own defaults,
-at the same budget, and reports them beside the shared-settings runs, all with ``--setup`` (default ``levers``:
-``make train``'s text features, plan check and warm start on ``plan_check_text``'s episodes; ``train-defaults``:
-``TrainConfig``'s). It picks nothing automatically: it prints every setting's held-out success.
+baselines/grpo/NOTES.md); the main benchmark gives PPO and MaskablePPO the same shared settings (``TrainConfig``'s,
+with the entropy coefficient the sweep chose for each), which were not otherwise tuned for them. This study tries a
+comparable handful of PPO settings, including SB3's own defaults, at the same budget, and reports them beside the
+shared-settings runs, all with ``--setup`` (default ``levers``: ``make train``'s text features, plan check and warm
+start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s). It picks nothing automatically: it
+prints every setting's held-out success.
 
 Usage: ``python benchmarks/study_ppo_tuning.py [--quick] [--seeds 0] [--timesteps 300000]``.
 Results: ``benchmarks/results/study_ppo_tuning.{json,md}``.
@@ -25,7 +26,7 @@ from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, 
 from benchmarks.summary import MISSING, header, seed_stats  # noqa: E402
 
 NAME = "study_ppo_tuning"
-#: name -> TrainConfig overrides (on top of the shared defaults: lr 5e-4, ent 0.01, n_steps 256 x 16 envs,
+#: name -> TrainConfig overrides (on top of the shared defaults: lr 1e-4, ent 0.01, n_steps 256 x 16 envs,
 #: batch 512, 4 epochs, gamma 0.99, gae 0.95).
 SETTINGS: dict[str, dict[str, Any]] = {
     "shared (TrainConfig)": {},

@@ -217,7 +217,7 @@ def grade_final(world: World, task: Task, answer: str) -> bool:
     """Whether ``answer`` is a right final answer to ``task`` (the env's reward and ``hidden_state`` use this).
 
     The names not taken for the answer are those of the task text and of the last step's inputs: a multi-hop answer
-    may name the entity the last hop asks about ("The mentor of Elsa Novak is Dario Quell." answers "Who is the
+    may name the entity the last hop asks about ("The mentor of Elsa Novak is Dario Quell." answers "What is the
     mentor of the mentor of Priya Brandt?" with Dario Quell), as a step's answer may name its question's subject.
     """
     last = task.subtasks[-1] if task.subtasks else None

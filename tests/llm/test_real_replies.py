@@ -121,19 +121,23 @@ SMALL_TIER_REPLIES: list[tuple[str, str, bool]] = [
 ]
 
 
-@pytest.mark.parametrize(("task_text", "reply", "expected"), SMALL_TIER_REPLIES)
-def test_real_small_tier_reply_gets_the_readers_verdict(task_text, reply, expected):
+@pytest.fixture(scope="module")
+def heldout_small():
     import gymnasium as gym
 
     import edo_gym  # noqa: F401
 
     env = gym.make("EDO-Small-v0", tasks_split="test")
-    try:
-        base = env.unwrapped
-        task = next(t for t in base.pool.tasks if t.text == task_text)
-        assert grade_final(base.world, task, reply) is expected, (task.answer, reply)
-    finally:
-        env.close()
+    base = env.unwrapped
+    yield base.world, {t.text: t for t in base.pool.tasks}
+    env.close()
+
+
+@pytest.mark.parametrize(("task_text", "reply", "expected"), SMALL_TIER_REPLIES)
+def test_real_small_tier_reply_gets_the_readers_verdict(heldout_small, task_text, reply, expected):
+    world, tasks = heldout_small
+    task = tasks[task_text]
+    assert grade_final(world, task, reply) is expected, (task.answer, reply)
 
 
 def test_the_table_covers_every_family_and_both_verdicts(heldout):
