@@ -4,8 +4,9 @@ GRPO's advantage is the group-normalised episode outcome. As the number of hops 
 groups have no successful member, and the only signal left in a group is the spread of its costs. This study
 trains GRPO, GiGPO, PPO and MaskablePPO (GRPO and PPO in the quick tier) on multihop-only tasks with exactly ``h`` hops
 (``tasks={"families": ["multihop"], "min_hops": h, "max_hops": h}``) for h = 2..12, with the same env-step
-budget and seeds at every h, and evaluates each model on the first ``eval_episodes`` held-out tasks. The oracle,
-greedy router, static pipeline and random policies are evaluated on the same tasks for reference. For GRPO it
+budget and seeds at every h, and evaluates each model on the first ``eval_episodes`` held-out tasks. Every learned run trains with ``--setup`` (default ``levers``: ``make train``'s text
+features, plan check and warm start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s). The
+oracle, greedy router, static pipeline and random policies are evaluated on the same tasks for reference. For GRPO it
 also reports, averaged over the rollouts of training, the fraction of groups dropped from the update because all
 returns tied, and the fraction of groups in which every member failed.
 
@@ -27,6 +28,7 @@ Usage::
     python benchmarks/study_horizon.py --quick    # h = 2,4,8,12, 2 seeds, GRPO/PPO, 12k steps, 60 tasks
     python benchmarks/study_horizon.py --hops 2 6 12 --algos grpo ppo --seeds 0 1
     python benchmarks/study_horizon.py --protocols success_filter   # only the success-filter runs
+    python benchmarks/study_horizon.py --setup train-defaults        # TrainConfig's defaults, no levers
 
 Results: ``benchmarks/results/study_horizon.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``results`` (per h: ``algos`` -> figures, ``heuristics`` -> EvalResult dicts), ``gap_grpo_minus_ppo``,
@@ -49,6 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import write_json_atomic  # noqa: E402
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
 from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
 from benchmarks.summary import (  # noqa: E402
     difference,
@@ -113,20 +116,22 @@ def variant_algos(algos: Sequence[str]) -> tuple[str, ...]:
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
+    _, setup_env, setup_overrides = SETUPS[cfg.options.setup]
     out: dict[str, Point] = {}
     for h in cfg.options.hops:
+        exactly_h = {**setup_env, **env_kwargs(h)}
         if "default" in cfg.options.protocols:
-            out[point_id(h)] = Point(env_kwargs=env_kwargs(h))
+            out[point_id(h)] = Point(env_kwargs=exactly_h, train_overrides=dict(setup_overrides))
         if "success_filter" in cfg.options.protocols and variant_algos(cfg.algos):
             out[point_id(h, "success_filter")] = Point(
-                env_kwargs=env_kwargs(h), train_overrides=dict(SUCCESS_FILTER), algos=variant_algos(cfg.algos)
+                env_kwargs=exactly_h, train_overrides={**setup_overrides, **SUCCESS_FILTER}, algos=variant_algos(cfg.algos)
             )
         if "curriculum" in cfg.options.protocols and h > CURRICULUM_MIN_HOPS + 1:
             # trained on 2..h hops, short ones first; evaluated on the same exactly-h tasks as the default protocol
             out[point_id(h, "curriculum")] = Point(
-                env_kwargs=curriculum_env_kwargs(h),
-                train_overrides={"hop_curriculum": curriculum(h)},
-                extra_eval=(("EDO-v0", env_kwargs(h)),),
+                env_kwargs={**setup_env, **curriculum_env_kwargs(h)},
+                train_overrides={**setup_overrides, "hop_curriculum": curriculum(h)},
+                extra_eval=(("EDO-v0", exactly_h),),
             )
     return out
 
@@ -182,7 +187,8 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], concl: dict[str,
         settings["command"],
         settings["mode"],
         f"Budget: {settings['timesteps']:,} env steps per run at every h, seeds {settings['seeds']}, evaluation on "
-        f"{settings['eval_episodes']} held-out tasks (deterministic actions). GRPO as configured by TrainConfig "
+        f"{settings['eval_episodes']} held-out tasks (deterministic actions). Every learned run trains with the setup "
+        f"'{settings['setup']}' ({settings['setup_description']}); GRPO otherwise as configured by TrainConfig "
         f"({settings['grpo_config']}). Success: mean over seeds (95% CI when more than one seed); heuristics: success "
         "(Wilson 95% CI over tasks).",
     )
@@ -307,7 +313,8 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
                 "grpo_config": grpo_config(), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}, "protocols": protocols,
                 "success_filter_overrides": SUCCESS_FILTER,
                 "curriculum_by_h": {h: curriculum(h) for h in hops if h > CURRICULUM_MIN_HOPS + 1},
-                "curriculum_env_kwargs_by_h": {h: curriculum_env_kwargs(h) for h in hops if h > CURRICULUM_MIN_HOPS + 1}}  # fmt: skip
+                "curriculum_env_kwargs_by_h": {h: curriculum_env_kwargs(h) for h in hops if h > CURRICULUM_MIN_HOPS + 1},
+                **setup_settings(cfg.options.setup)}  # fmt: skip
     results: dict[str, Any] = {}
     for h in hops:
         print(f"heuristics at h={h} ...", flush=True)
@@ -387,6 +394,7 @@ STUDY = Study(
             nargs="+",
             choices=PROTOCOLS,
         ),
+        setup_option("every learned run"),
     ),  # fmt: skip
     points=points,
     summarise=summarise,

@@ -8,7 +8,7 @@ for ``static``, the model2vec static encoder distilled locally from the default 
   lookup question is searched in that worker's retriever; a hit is the fact's (non-distractor) document among
   the top k. Also the fraction whose top-1 document is a near-duplicate distractor;
 - **task success** on held-out EDO-v0 tasks of the oracle, greedy router and static pipeline (optionally a
-  short-trained GRPO, ``--timesteps``, 50k at the full tier);
+  short-trained GRPO, ``--timesteps``, 50k at the full tier, with ``--setup``: default ``levers``, make train's);
 - **retrieval latency** p50/p99 (``benchmarks/env_throughput.retrieval_latency``: memoised hits, uncached
   searches with a known query vector, uncached queries that also run the embedder).
 
@@ -43,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_lib import REPO  # noqa: E402
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
 from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
 from benchmarks.summary import fmt_eval, header, heuristic_results, pyplot  # noqa: E402
 
@@ -152,8 +153,12 @@ def models_of(cfg: StudyConfig) -> list[str]:
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
-    """A short GRPO run per embedder (``--timesteps``; none at the quick and smoke tiers)."""
-    return {model_id(m): Point(env_kwargs=model_kwargs(m)) for m in models_of(cfg)}
+    """A short GRPO run per embedder (``--timesteps``; none at the quick and smoke tiers), with ``--setup``."""
+    _, setup_env, setup_overrides = SETUPS[cfg.options.setup]
+    return {
+        model_id(m): Point(env_kwargs={**setup_env, **model_kwargs(m)}, train_overrides=dict(setup_overrides))
+        for m in models_of(cfg)
+    }
 
 
 def measure_model(model: str, cfg: StudyConfig, runs: RunSet) -> dict[str, Any]:
@@ -223,7 +228,8 @@ def markdown(settings: dict[str, Any], models: dict[str, Any], memory: list[dict
             lines.append(f"| {n} | {fmt_eval(h)} | {h['tokens']:.0f} | {h['calls']:.1f} |")
         if m["grpo"] is not None:
             g = m["grpo"]
-            lines.append(f"| grpo ({g['env_steps']:,} steps, seed {g['seed']}) | {g['success']:.3f} | - | {g['calls']:.1f} |")
+            label = f"grpo ({g['env_steps']:,} steps, seed {g['seed']}, setup '{settings['setup']}')"
+            lines.append(f"| {label} | {g['success']:.3f} | - | {g['calls']:.1f} |")
     lines += ["", "## Shared versus per-worker retrieval: memory of a fresh process building EDO-v0", "",
               "| workers | mode | peak RSS (MiB) | RSS after imports (MiB) | RSS after build (MiB) | build increment (MiB) "
               "| build + reset (s) | embedders | collections |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -289,7 +295,8 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     settings = {"command": cfg.command, "mode": cfg.tier, "models": models, "hf_cache": str(hf_hub_dir()),
                 "other_models_found": others, "workers": opts.workers, "max_queries_per_shard": opts.max_queries,
                 "latency_queries": opts.latency_queries, "eval_episodes": cfg.budget.eval_episodes,
-                "grpo_steps": cfg.budget.timesteps, "seeds": list(cfg.budget.seeds[:1])}  # fmt: skip
+                "grpo_steps": cfg.budget.timesteps, "seeds": list(cfg.budget.seeds[:1]),
+                **setup_settings(cfg.options.setup)}  # fmt: skip
     results = {m: measure_model(m, cfg, runs) for m in models}
     memory = measure_memory(opts.workers)
     concl: dict[str, Any] = {"recall": {m: {w: r["recall@3"] for w, r in v["recall"].items()} for m, v in results.items()}}
@@ -330,6 +337,7 @@ STUDY = Study(
             type=int,
         ),
         Option("--latency-queries", Tiered(full=300, quick=300, smoke=30), "retrieval latency queries", type=int),
+        setup_option("the GRPO run per embedder"),
     ),
     points=points,
     summarise=summarise,

@@ -1,7 +1,9 @@
 """Caveat study 2: transfer across task families. Does a policy trained on one family work on the others?
 
 Each algorithm is trained on one family (EDO-Support-v0, EDO-MultiHop-v0, EDO-Analytics-v0; same hop range, so
-the same observation shapes) and its final model is evaluated on the held-out tasks of all three families. Row =
+the same observation shapes) and its final model is evaluated on the held-out tasks of all three families. Every run
+trains with ``--setup`` (default ``levers``: ``make train``'s text features, plan check and warm start on
+``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s); the evaluation envs get the same options. Row =
 training family, column = evaluation family; the diagonal is "trained on the family it is tested on", the
 off-diagonal cells are zero-shot transfer. The oracle and greedy router on each family's held-out tasks give the
 reference for each column.
@@ -28,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
 from benchmarks.study import Budget, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
 from benchmarks.summary import (  # noqa: E402
     difference,
@@ -53,8 +56,18 @@ def short(env_id: str) -> str:
 
 
 def points(cfg: StudyConfig) -> dict[str, Point]:
-    """One point per training family; the final model is also evaluated on the other families."""
-    return {short(tr): Point(env_id=tr, extra_eval=tuple((ev, {}) for ev in FAMILY_ENVS if ev != tr)) for tr in FAMILY_ENVS}
+    """One point per training family; the final model is also evaluated on the other families, with the setup's env
+    options there too (the observation spaces must match the model's)."""
+    _, setup_env, setup_overrides = SETUPS[cfg.options.setup]
+    return {
+        short(tr): Point(
+            env_id=tr,
+            env_kwargs=dict(setup_env),
+            train_overrides=dict(setup_overrides),
+            extra_eval=tuple((ev, dict(setup_env)) for ev in FAMILY_ENVS if ev != tr),
+        )
+        for tr in FAMILY_ENVS
+    }
 
 
 def success_on(record: dict[str, Any], env_id: str) -> dict[str, Any]:
@@ -76,7 +89,8 @@ def markdown(settings: dict[str, Any], matrix: dict[str, Any], heur: dict[str, A
         settings["mode"],
         f"Budget: {settings['timesteps']:,} env steps per run, seeds {settings['seeds']}, evaluation on the first "
         f"{settings['eval_episodes']} held-out tasks of each family. Rows: training family; columns: evaluation "
-        "family. Cells: success, mean over seeds (95% CI when more than one seed); `*` marks the diagonal.",
+        f"family. Every learned run trains with the setup '{settings['setup']}' ({settings['setup_description']}). "
+        "Cells: success, mean over seeds (95% CI when more than one seed); `*` marks the diagonal.",
     )
     for algo, rows in matrix.items():
         lines += ["", f"**{algo}**", "", "| trained on \\ evaluated on | " + " | ".join(short(e) for e in envs) + " |",
@@ -105,7 +119,7 @@ def markdown(settings: dict[str, Any], matrix: dict[str, Any], heur: dict[str, A
 
 def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     envs = list(FAMILY_ENVS)
-    settings = {**cfg.settings(), "envs": envs}
+    settings = {**cfg.settings(), "envs": envs, **setup_settings(cfg.options.setup)}
     matrix = {
         algo: {tr: {ev: seed_stats([success_on(r, ev)["success"] for r in runs.seeds(short(tr), algo)]) for ev in envs}
                for tr in envs}
@@ -160,6 +174,7 @@ STUDY = Study(
     doc=__doc__,
     budgets=Tiered(full=Budget(150_000, (0, 1, 2), 200), quick=Budget(15_000, (0,), 60), smoke=Budget(300, (0,), 3)),
     algos=Tiered(full=("grpo", "ppo"), quick=("grpo",), smoke=("grpo",)),
+    options=(setup_option("every learned run"),),
     points=points,
     summarise=summarise,
     plot=plot,

@@ -370,7 +370,9 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     stored = json.loads((tmp_path / "records" / "study_horizon" / "h4-grpo-s0.json").read_text())
     assert stored["record"] == run and stored["spec"]["env_kwargs"]["tasks"]["min_hops"] == 4
     variant = json.loads((tmp_path / "records" / "study_horizon" / "h4sf-grpo-s0.json").read_text())
-    assert variant["spec"]["train_overrides"] == {"net_arch": [128, 128], "filter_on": "success", "dynamic_sampling": True}
+    assert variant["spec"]["train_overrides"] == {
+        "net_arch": [128, 128], "warm_start": "plan_check_text", "filter_on": "success", "dynamic_sampling": True
+    }  # fmt: skip
     assert long["algos"]["grpo_success_filter"]["success"] == [
         data["results"]["4"]["algos_success_filter"]["grpo"]["success"]["mean"]
     ]
@@ -655,6 +657,34 @@ def test_grpo_vs_ppo_full_tier_trains_with_the_committed_tuned_ent_coefs(tmp_pat
     assert tuned_ent_coefs(configure("--ent-coef-from", "none")) == {}
     with pytest.raises(SystemExit, match="no file .*missing.json.*make bench-tune"):
         tuned_ent_coefs(configure("--ent-coef-from", str(tmp_path / "missing.json")))
+
+
+@pytest.mark.parametrize("name", ["study_horizon", "study_transfer", "study_retriever", "study_planner"])
+def test_studies_train_every_run_with_the_chosen_setup(name):
+    """``--setup`` (default ``levers``) reaches every planned run of the study, and every evaluation env of a run gets
+    the same observation options as its training env (a model cannot be evaluated on another observation space)."""
+    import importlib
+
+    from benchmarks.grpo_vs_ppo import SETUPS
+
+    study = importlib.import_module(f"benchmarks.{name}").STUDY
+    for setup, (_, env_kwargs, overrides) in SETUPS.items():
+        argv = [] if setup == "levers" else ["--setup", setup]
+        cfg = study.configure(study.parser().parse_args(argv), argv)
+        planned = study.plan(cfg)
+        assert planned, f"{name} plans no run at its full tier"
+        for run in planned:
+            spec = run.spec
+            assert {k: spec.env_kwargs.get(k) for k in ("text_features", "plan_check")} == {
+                k: env_kwargs.get(k) for k in ("text_features", "plan_check")
+            }, (name, setup, run.key)
+            assert spec.train_overrides.get("warm_start") == overrides.get("warm_start"), (name, setup, run.key)
+            for _, extra_kwargs in spec.extra_eval:
+                assert {k: extra_kwargs.get(k) for k in ("text_features", "plan_check")} == {
+                    k: env_kwargs.get(k) for k in ("text_features", "plan_check")
+                }, (name, setup, run.key)
+    with pytest.raises(SystemExit):
+        study.parser().parse_args(["--setup", "no-such-setup"])
 
 
 def test_a_run_that_submits_at_once_counts_as_collapsed():
