@@ -4,9 +4,11 @@ GRPO's advantage is the group-normalised episode outcome. As the number of hops 
 groups have no successful member, and the only signal left in a group is the spread of its costs. This study
 trains GRPO, GiGPO, PPO and MaskablePPO (GRPO and PPO in the quick tier) on multihop-only tasks with exactly ``h`` hops
 (``tasks={"families": ["multihop"], "min_hops": h, "max_hops": h}``) for h = 2..12, with the same env-step
-budget and seeds at every h, and evaluates each model on the first ``eval_episodes`` held-out tasks. Every learned run trains with ``--setup`` (default ``levers``: ``make train``'s text
-features, plan check and warm start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s). The
-oracle, greedy router, static pipeline and random policies are evaluated on the same tasks for reference. For GRPO it
+budget and seeds at every h, and evaluates each model on the first ``eval_episodes`` held-out tasks. Every learned
+run trains with ``--setup`` (default ``levers``: ``make train``'s text features, plan check and warm start on
+``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s). The oracle, rule-based, greedy router, static
+pipeline and random policies, and ``plan_check_text`` (which reads the text), are evaluated on the same tasks for
+reference. For GRPO it
 also reports, averaged over the rollouts of training, the fraction of groups dropped from the update because all
 returns tied, and the fraction of groups in which every member failed.
 
@@ -69,6 +71,10 @@ from benchmarks.summary import (  # noqa: E402
 NAME = "study_horizon"
 ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
 HEURISTICS = ("oracle", "rule_based", "greedy_router", "static_pipeline", "random")
+#: Hand-written policies that read the text (``info_text=True``), evaluated beside HEURISTICS: ``plan_check_text`` is
+#: the teacher of the ``levers`` setup's warm start.
+TEXT_REFERENCES = ("plan_check_text",)
+REFERENCES = HEURISTICS + TEXT_REFERENCES
 #: The issue's fixed-schema file, written beside study_horizon.json.
 LONG_HORIZON = "long_horizon.json"
 #: Training protocols: ``default`` (every algorithm as configured by TrainConfig) and ``success_filter`` (GRPO and
@@ -136,6 +142,22 @@ def points(cfg: StudyConfig) -> dict[str, Point]:
     return out
 
 
+def reference_results(h: int, episodes: int) -> dict[str, dict[str, Any]]:
+    """:data:`HEURISTICS` and :data:`TEXT_REFERENCES` on the first ``episodes`` held-out exactly-h tasks."""
+    from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env
+    from baselines.probes import TEXT_PROBES
+    from benchmarks.bench_lib import EVAL_SEED
+
+    out = heuristic_results("EDO-v0", env_kwargs(h), HEURISTICS, episodes)
+    env = make_eval_env("EDO-v0", info_text=True, **env_kwargs(h))
+    try:
+        ids = heldout_task_ids(env, episodes)
+        out |= {n: evaluate_heuristic(TEXT_PROBES[n](), env, ids, seed=EVAL_SEED).as_dict() for n in TEXT_REFERENCES}
+    finally:
+        env.close()
+    return out
+
+
 def on_exactly_h(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Curriculum records with ``final`` replaced by their evaluation on the exactly-h tasks (``extra_eval``)."""
     out = []
@@ -164,7 +186,8 @@ def target_check(hops: list[int], results: dict[str, Any], key: str) -> dict[str
 def conclusion(hops: list[int], results: dict[str, Any]) -> dict[str, Any]:
     """Where GRPO's mean held-out success stops being above PPO's, and where its groups stop carrying an outcome."""
     out: dict[str, Any] = {"grpo_above_ppo": [], "tied": [], "grpo_below_ppo": [], "both_zero": [],
-                           "first_h_grpo_not_above_ppo": None, "first_h_grpo_all_fail_ge_0.9": None}  # fmt: skip
+                           "first_h_grpo_not_above_ppo": None, "first_h_grpo_all_fail_ge_0.9": None,
+                           "best_learned": {}}  # fmt: skip
     for h in hops:
         algos = results[str(h)]["algos"]
         g, p = success_mean(algos.get("grpo")), success_mean(algos.get("ppo"))
@@ -174,6 +197,12 @@ def conclusion(hops: list[int], results: dict[str, Any]) -> dict[str, Any]:
                 out["both_zero"].append(h)
             if g <= p + 1e-9 and out["first_h_grpo_not_above_ppo"] is None:
                 out["first_h_grpo_not_above_ppo"] = h
+        means = {a: m for a in algos if (m := success_mean(algos.get(a))) is not None}
+        if means:
+            best = max(means, key=means.__getitem__)
+            refs = results[str(h)]["heuristics"]
+            out["best_learned"][str(h)] = {"algo": best, "success": means[best],
+                                           **{n: refs[n]["success_rate"] for n in ("rule_based", *TEXT_REFERENCES) if n in refs}}  # fmt: skip
         fail = (algos.get("grpo") or {}).get("all_fail_group_fraction")
         if fail is not None and fail >= 0.9 and out["first_h_grpo_all_fail_ge_0.9"] is None:
             out["first_h_grpo_all_fail_ge_0.9"] = h
@@ -192,11 +221,12 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], concl: dict[str,
         f"({settings['grpo_config']}). Success: mean over seeds (95% CI when more than one seed); heuristics: success "
         "(Wilson 95% CI over tasks).",
     )
-    lines += ["", "| h | " + " | ".join(algos) + " | " + " | ".join(HEURISTICS) + " |",
-              "|---|" + "---|" * (len(algos) + len(HEURISTICS))]  # fmt: skip
+    refs = [n for n in REFERENCES if n in results[str(hops[0])]["heuristics"]]
+    lines += ["", "| h | " + " | ".join(algos) + " | " + " | ".join(refs) + " |",
+              "|---|" + "---|" * (len(algos) + len(refs))]  # fmt: skip
     for h in hops:
         r = results[str(h)]
-        cells = [fmt_figures(r["algos"][a]) for a in algos] + [fmt_eval(r["heuristics"][n]) for n in HEURISTICS]
+        cells = [fmt_figures(r["algos"][a]) for a in algos] + [fmt_eval(r["heuristics"][n]) for n in refs]
         lines.append(f"| {h} | " + " | ".join(cells) + " |")
     variant = variant_algos(algos) if "success_filter" in settings.get("protocols", ()) else ()
     if variant:
@@ -244,6 +274,14 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], concl: dict[str,
                 f"| {fmt_frac(g['all_success_group_fraction'])} | {g['calls']:.1f} | {g['tokens']:.0f} |"
             )
     lines += ["", "## What this shows", ""]
+    if concl.get("best_learned"):
+        parts = []
+        for h, b in concl["best_learned"].items():
+            against = ", ".join(f"{n} {b[n]:.3f}" for n in ("rule_based", *TEXT_REFERENCES) if n in b)
+            parts.append(f"h = {h}: {b['algo']} {b['success']:.3f} ({against})")
+        lines.append(
+            "- The best learned policy of the default protocol against the hand-written ones: " + "; ".join(parts) + "."
+        )
     if "grpo" in algos and "ppo" in algos:
         first = concl["first_h_grpo_not_above_ppo"]
         lines.append(
@@ -301,7 +339,7 @@ def long_horizon(hops: list[int], algos: Sequence[str], results: dict[str, Any],
             "success_filter": target_check(hops, results, "algos_success_filter"),
             "curriculum": target_check(hops, results, "algos_curriculum"),
         },  # fmt: skip
-        "heuristics": {n: {"success": [results[str(h)]["heuristics"][n]["success_rate"] for h in hops]} for n in HEURISTICS},
+        "heuristics": {n: {"success": [results[str(h)]["heuristics"][n]["success_rate"] for h in hops]} for n in REFERENCES},
         "settings": {k: settings[k] for k in ("command", "timesteps", "seeds", "eval_episodes") if k in settings},
     }
 
@@ -309,7 +347,7 @@ def long_horizon(hops: list[int], algos: Sequence[str], results: dict[str, Any],
 def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     hops = list(cfg.options.hops)
     protocols = list(cfg.options.protocols)
-    settings = {**cfg.settings(), "hops": hops, "heuristics": list(HEURISTICS), "env_id": "EDO-v0",
+    settings = {**cfg.settings(), "hops": hops, "heuristics": list(REFERENCES), "env_id": "EDO-v0",
                 "grpo_config": grpo_config(), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}, "protocols": protocols,
                 "success_filter_overrides": SUCCESS_FILTER,
                 "curriculum_by_h": {h: curriculum(h) for h in hops if h > CURRICULUM_MIN_HOPS + 1},
@@ -320,7 +358,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
         print(f"heuristics at h={h} ...", flush=True)
         results[str(h)] = {
             "algos": {a: summarise_runs(runs.seeds(point_id(h), a)) for a in cfg.algos},
-            "heuristics": heuristic_results("EDO-v0", env_kwargs(h), HEURISTICS, cfg.budget.eval_episodes),
+            "heuristics": reference_results(h, cfg.budget.eval_episodes),
         }
         if "success_filter" in protocols:
             results[str(h)]["algos_success_filter"] = {
@@ -353,7 +391,7 @@ def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
             lo = nan_if_none([None if s is None else max(0.0, s["ci95"][0]) for s in st])
             hi = nan_if_none([None if s is None else min(1.0, s["ci95"][1]) for s in st])
             axes[0].fill_between(hops, lo, hi, alpha=0.2)
-    for name in HEURISTICS:
+    for name in REFERENCES:
         axes[0].plot(hops, [results[str(h)]["heuristics"][name]["success_rate"] for h in hops], ls=":", marker=".", label=name)
     axes[0].set_xlabel("hops h")
     axes[0].set_ylim(-0.03, 1.03)

@@ -353,7 +353,7 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "4", "--algos", "grpo", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_horizon")
     cell = data["results"]["4"]
-    assert set(cell["heuristics"]) == {"oracle", "rule_based", "greedy_router", "static_pipeline", "random"}
+    assert set(cell["heuristics"]) == {"oracle", "rule_based", "greedy_router", "static_pipeline", "random", "plan_check_text"}
     assert 0.0 <= cell["algos"]["grpo"]["success"]["mean"] <= 1.0
     # the fixed-schema file: one value per h for every algorithm and heuristic
     long = json.loads((tmp_path / "long_horizon.json").read_text())
