@@ -37,10 +37,11 @@ Results: ``benchmarks/results/study_horizon.{json,md,png}`` (or ``--out-dir``). 
 ``conclusion``, ``runs``; and ``long_horizon.json`` in the fixed schema ``{"hops": [...], "algos": {name: {"success",
 "success_ci95", "return"}}, "heuristics": {name: {"success"}}}`` (one value per h; ``null`` where a cell has no run).
 
-Budget (full): 150k env steps per run, half of ``make train``'s 300k, so that the 72 runs (6 h x 4 algorithms x 3
-seeds) fit in about 1.5-2 hours on 2 cores (one run at a time) and can be resumed across sessions; at 2 hops every
-algorithm has converged well before 150k (see the quick tier), and the question at 6-12 hops is whether any signal
-arrives at all, which the per-rollout group statistics answer.
+Budget (full): 150k env steps per run, half of ``make train``'s 300k. The default protocol is 72 runs (6 h x 4
+algorithms x 3 seeds), the three protocols 168 runs, about 3.3 run-hours (a run takes about 70 s on one core of a
+2-core x86-64 machine); every finished run is kept, so the study resumes where it stopped. At 2 hops every algorithm
+has converged well before 150k (see the quick tier), and the question at 6-12 hops is whether any signal arrives at
+all, which the per-rollout group statistics answer.
 """
 
 from __future__ import annotations
