@@ -667,6 +667,9 @@ def test_studies_train_every_run_with_the_chosen_setup(name):
 
     from benchmarks.grpo_vs_ppo import SETUPS
 
+    def observation_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {k: kwargs.get(k) for k in ("text_features", "plan_check")}
+
     study = importlib.import_module(f"benchmarks.{name}").STUDY
     for setup, (_, env_kwargs, overrides) in SETUPS.items():
         argv = [] if setup == "levers" else ["--setup", setup]
@@ -675,14 +678,10 @@ def test_studies_train_every_run_with_the_chosen_setup(name):
         assert planned, f"{name} plans no run at its full tier"
         for run in planned:
             spec = run.spec
-            assert {k: spec.env_kwargs.get(k) for k in ("text_features", "plan_check")} == {
-                k: env_kwargs.get(k) for k in ("text_features", "plan_check")
-            }, (name, setup, run.key)
+            assert observation_options(spec.env_kwargs) == observation_options(env_kwargs), (name, setup, run.key)
             assert spec.train_overrides.get("warm_start") == overrides.get("warm_start"), (name, setup, run.key)
             for _, extra_kwargs in spec.extra_eval:
-                assert {k: extra_kwargs.get(k) for k in ("text_features", "plan_check")} == {
-                    k: env_kwargs.get(k) for k in ("text_features", "plan_check")
-                }, (name, setup, run.key)
+                assert observation_options(extra_kwargs) == observation_options(env_kwargs), (name, setup, run.key)
     with pytest.raises(SystemExit):
         study.parser().parse_args(["--setup", "no-such-setup"])
 

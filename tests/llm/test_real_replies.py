@@ -94,23 +94,32 @@ REAL_REPLIES: list[tuple[str, str, bool]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def heldout():
+def _heldout(env_id: str):
+    """The world and the held-out tasks (by text) of ``env_id``, for a module-scoped fixture."""
     import gymnasium as gym
 
     import edo_gym  # noqa: F401
 
-    env = gym.make("EDO-v0", tasks_split="test")
+    env = gym.make(env_id, tasks_split="test")
     base = env.unwrapped
     yield base.world, {t.text: t for t in base.pool.tasks}
     env.close()
 
 
-@pytest.mark.parametrize(("task_text", "reply", "expected"), REAL_REPLIES)
-def test_real_reply_gets_the_readers_verdict(heldout, task_text, reply, expected):
+def _check_verdict(heldout, task_text: str, reply: str, expected: bool) -> None:
     world, tasks = heldout
     task = tasks[task_text]
     assert grade_final(world, task, reply) is expected, (task.answer, reply)
+
+
+@pytest.fixture(scope="module")
+def heldout():
+    yield from _heldout("EDO-v0")
+
+
+@pytest.mark.parametrize(("task_text", "reply", "expected"), REAL_REPLIES)
+def test_real_reply_gets_the_readers_verdict(heldout, task_text, reply, expected):
+    _check_verdict(heldout, task_text, reply, expected)
 
 
 #: (task text, reply, expected verdict) on ``EDO-Small-v0``'s held-out tasks, from the same recording
@@ -123,21 +132,12 @@ SMALL_TIER_REPLIES: list[tuple[str, str, bool]] = [
 
 @pytest.fixture(scope="module")
 def heldout_small():
-    import gymnasium as gym
-
-    import edo_gym  # noqa: F401
-
-    env = gym.make("EDO-Small-v0", tasks_split="test")
-    base = env.unwrapped
-    yield base.world, {t.text: t for t in base.pool.tasks}
-    env.close()
+    yield from _heldout("EDO-Small-v0")
 
 
 @pytest.mark.parametrize(("task_text", "reply", "expected"), SMALL_TIER_REPLIES)
 def test_real_small_tier_reply_gets_the_readers_verdict(heldout_small, task_text, reply, expected):
-    world, tasks = heldout_small
-    task = tasks[task_text]
-    assert grade_final(world, task, reply) is expected, (task.answer, reply)
+    _check_verdict(heldout_small, task_text, reply, expected)
 
 
 def test_the_table_covers_every_family_and_both_verdicts(heldout):
