@@ -18,8 +18,9 @@ nothing else (no env object, no task text, no worker skills), exactly what a lea
   domains, correctness of each result, plan faithfulness, worker skills): an upper bound, not a deployable policy.
   It replans every plan that cannot yield the answer (unfaithful, or a step that reads a later one) or whose labels
   would derail its execution, routes each step to the worker most likely to answer it, never pays for a
-  verification (it knows whether a result is right), retries a wrong result up to ``max_tries`` times, and submits at
-  once when the answer can no longer be right.
+  verification (it knows whether a result is right), retries a wrong result up to ``max_tries`` times (a greedy
+  worker, which answers the same request the same way, is asked each request once), and submits at once when the
+  answer can no longer be right.
 
 Interface: ``reset(obs, info)`` at episode start, ``act(obs, info) -> action``; a policy with
 ``uses_hidden_state`` implements ``act_hidden(obs, info, hidden)`` instead.
@@ -329,6 +330,8 @@ class OraclePolicy(HeuristicPolicy):
 
     def reset(self, obs: Obs, info: dict[str, Any]) -> None:
         self.tries: dict[int, int] = {}
+        #: per step, the ``(worker, retrieve)`` options already asked with the step's current inputs
+        self.asked: dict[int, set[tuple[int, bool]]] = {}
 
     def act(self, obs: Obs, info: dict[str, Any]) -> int:
         raise TypeError("OraclePolicy needs hidden state: call act_hidden(obs, info, env.unwrapped.hidden_state())")
@@ -361,7 +364,7 @@ class OraclePolicy(HeuristicPolicy):
             for wrong, kind, step in zip(hidden["label_wrong"], hidden["kinds"], v.steps, strict=False)
         )
         if (doomed or mislabelled) and v.legal(v.replan):
-            self.tries = {}
+            self.tries, self.asked = {}, {}
             return v.replan
         if doomed:  # no replan left: nothing it does can succeed, so it stops paying
             return v.submit
@@ -379,8 +382,20 @@ class OraclePolicy(HeuristicPolicy):
         self.tries[step.index] = n + 1
         kind, domain = hidden["kinds"][step.index], hidden["domains"][step.index]
         ranked = self._ranked(v, hidden, kind if kind != "unknown" else step.label, domain or step.domain)
-        # the best option twice (reading is noisy), then the next ones
-        w, retrieve = ranked[min((0, 1, 0, 2, 3, 4)[min(n, 5)], len(ranked) - 1)]
+        # a greedy worker answers the same request the same way: asking it again gains nothing, so the oracle asks each
+        # such option once with the step's current inputs (a redone earlier step changes them)
+        for later in [i for i in self.asked if i > step.index]:
+            del self.asked[later]
+        asked = self.asked.setdefault(step.index, set())
+        greedy = {w for w, name in enumerate(hidden["worker_skills"]) if hidden["worker_skills"][name].get("greedy", False)}
+        fresh = [(w, r) for w, r in ranked if w not in greedy or (w, r) not in asked]
+        if not fresh:  # every option has given its one answer, and none was right: the answer cannot be right
+            return v.submit
+        if len(fresh) < len(ranked):  # the best option not asked yet
+            w, retrieve = fresh[0]
+        else:  # the best option twice (reading is noisy), then the next ones
+            w, retrieve = ranked[min((0, 1, 0, 2, 3, 4)[min(n, 5)], len(ranked) - 1)]
+        asked.add((w, retrieve))
         return v.dispatch(w, retrieve)
 
 

@@ -432,6 +432,13 @@ class RetrievalConfig:
     #: its own) keeps search results and token counts, not query vectors (computing a static vector is cheaper than
     #: reading one).
     encoder: str = "transformer"
+    #: Hybrid search for identifiers: a query that names one (an order or tracking number such as ``TRK-KAFEN-514``)
+    #: gets first the shard's documents that contain it, then the embedding search's results. Sentence embeddings do
+    #: not tell such codes apart (the nearest documents to "Which carrier handles shipment TRK-KAFEN-514?" are other
+    #: shipments' carrier documents); a keyword index beside the vectors finds them, as hybrid retrievers do. With
+    #: near-duplicate distractors (``WorldConfig.distractors_per_fact``) an exact code still tells the entity from
+    #: its near-duplicate. ``False`` (default): embeddings only. ``EDO-Small-v0`` turns it on.
+    identifier_match: bool = False
 
     def __post_init__(self) -> None:
         owner = "RetrievalConfig"
@@ -454,6 +461,7 @@ class RetrievalConfig:
         _check_type(owner, "runtime_cache", self.runtime_cache, bool)
         _check_type(owner, "search_cache", self.search_cache, bool)
         _check_choice(owner, "encoder", self.encoder, RETRIEVAL_ENCODERS)
+        _check_type(owner, "identifier_match", self.identifier_match, bool)
 
 
 @dataclass(frozen=True)

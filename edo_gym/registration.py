@@ -22,7 +22,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "EDO-Analytics-v0": {"tasks_families": ("analytics",)},
     # within a small local model's reach: one- and two-hop lookups and refund replies (no arithmetic), plans read off
     # the task text by rules (a 135M model cannot write one), one document per retrieval, answers in sentences linked
-    # by the entity they name
+    # by the entity they name, shipments found by their tracking number
     "EDO-Small-v0": {
         "tasks_families": ("multihop", "support"),
         "tasks_min_hops": 1,
@@ -32,6 +32,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "entity_linking": "mentions",
         "lookup_inputs": False,
         "world_distractors_per_fact": 0,
+        "retrieval_identifier_match": True,
         "workers": small_workers(),
     },
 }

@@ -48,7 +48,8 @@ package version, and result files record it.
   other ids: ``PlannerConfig.mode="rules"`` (plans read off the task text, no planner call), ``entity_linking=
   "mentions"`` (a sentence answer fills the next question with the entity it names), ``lookup_inputs=False``,
   ``WorkerSpec.verdict_rate`` (a verifier that often gives no verdict), ``greedy``, ``bare_window_rate``,
-  ``verbosity`` and ``prompt_token_scale`` (for simulators calibrated to a real model; their defaults change nothing).
+  ``verbosity`` and ``prompt_token_scale`` (for simulators calibrated to a real model; their defaults change nothing),
+  ``RetrievalConfig.identifier_match`` (a question naming a code gets the documents that contain it first).
   An entity answer that names several entities is graded on those of the kind asked for ("the birthplace of Elsa
   Novak is Morven" states the city Morven); the other ids' trajectories are unchanged (their stored digests pass).
   A multi-hop final answer may name the entity its last hop asks about ("The mentor of Elsa Novak is Dario Quell."),
@@ -985,7 +986,8 @@ class EDOEnv(gym.Env):
         step types and document domains), ``label_wrong`` (the type or domain label differs from the truth),
         ``expected`` (each step's right answer given right inputs), ``correct`` (per step: the current result is
         right, ``None`` when undone), ``answer`` (the gold answer), ``hops``, ``family``, ``worker_skills``
-        (per worker: type skills, per-domain lookup skills, memory coverage and accuracy), ``gold_retrieved_by``
+        (per worker: type skills, per-domain lookup skills, memory coverage and accuracy, and ``greedy``: it answers the
+        same request the same way at every call), ``gold_retrieved_by``
         (the workers whose own retrieval for the current step's question returns the document stating its answer;
         empty when the current step is not a single-hop lookup or under a retrieval ablation), ``memory_right_by``
         (the workers whose simulated parametric memory holds the right value of the current single-hop lookup).
@@ -1020,6 +1022,7 @@ class EDOEnv(gym.Env):
                     "lookup_by_domain": {d: w.lookup_skill(d) for d in O.DOMAIN_INDEX},
                     "memory_coverage": w.memory_coverage,
                     "memory_accuracy": w.memory_accuracy,
+                    "greedy": w.greedy,
                 }
                 for w in self.config.workers
             },

@@ -28,6 +28,11 @@ reset or searched searches its shards with
 :class:`ExactCollection` instead (exact cosine top-k in numpy over the same vectors; it agrees with chromadb's
 HNSW index on >99.9% of queries) and warns once (:class:`ForkedChromaWarning`). The ``spawn`` and
 ``forkserver`` start methods always keep chromadb.
+
+Identifiers (``RetrievalConfig.identifier_match``, off by default): sentence embeddings do not tell codes such as
+``TRK-KAFEN-514`` apart, so a query naming one finds other shipments' documents. With the option on, a shard keeps a
+keyword index of the identifiers its documents contain, and a query naming an identifier gets the shard's documents
+that contain it first, then the embedding search's results (a hybrid retriever's keyword side).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import re
 import threading
 import time
 import uuid
@@ -58,6 +64,19 @@ from edo_gym.world.tasks import Task
 
 #: Bound of the piece -> token count memo (cleared when exceeded).
 PIECE_MEMO_MAX = 1_000_000
+
+#: An identifier: upper-case letters, then hyphen-separated upper-case letters or digits (``ORD-RISFEN-37``,
+#: ``TRK-KAFEN-514``); matched as a whole token (see ``RetrievalConfig.identifier_match``).
+IDENTIFIER = re.compile(r"(?<![A-Za-z0-9-])[A-Z]{2,}(?:-[A-Z0-9]+)+(?![A-Za-z0-9-])")
+
+
+def identifier_index(texts: Mapping[int, str]) -> dict[str, tuple[int, ...]]:
+    """Identifier -> the indices (ascending) of the texts that contain it, over ``{index: text}``."""
+    index: dict[str, list[int]] = {}
+    for i in sorted(texts):
+        for token in dict.fromkeys(IDENTIFIER.findall(texts[i])):
+            index.setdefault(token, []).append(i)
+    return {token: tuple(ids) for token, ids in index.items()}
 
 
 def query_digest(vector: np.ndarray) -> bytes:
@@ -316,6 +335,8 @@ class ShardRetriever:
         #: Corpus indices of this shard's documents (set by the service; checks results read from ``disk``).
         self.indices: frozenset[int] = frozenset()
         self._fingerprint: str | None = None
+        #: Identifier -> this shard's documents that contain it (``RetrievalConfig.identifier_match``); ``None``: off.
+        self.identifiers: dict[str, tuple[int, ...]] | None = None
         #: Results read from ``disk`` instead of searched (``searches`` counts the index queries).
         self.disk_hits = 0
         #: Canonical queries' results read from ``disk`` by presearch (``presearches`` counts those searched).
@@ -328,9 +349,25 @@ class ShardRetriever:
         return (_retriever_of, self.origin)
 
     def search(self, query: str, k: int) -> tuple[int, ...]:
-        """Corpus indices of the ``k`` nearest documents of this shard (fewer if the shard is smaller)."""
+        """Corpus indices of the ``k`` nearest documents of this shard (fewer if the shard is smaller); with
+        :attr:`identifiers`, those that contain an identifier the query names come first, nearest first."""
         if self.size == 0:
             return ()
+        ids = self._nearest(query, k)
+        if self.identifiers is None:
+            return ids
+        named = {i for token in IDENTIFIER.findall(query) for i in self.identifiers.get(token, ())}
+        if not named:
+            return ids
+        first = np.asarray(sorted(named), dtype=np.int64)
+        if self.vectors is not None:  # nearest first, ties by corpus index (as the embedding search ranks)
+            scores = self.vectors[first] @ np.asarray(self.encoder.encode(query), dtype=np.float32)
+            first = first[np.lexsort((first, -np.round(scores, 6)))]
+        ranked = tuple(int(i) for i in first)
+        return (ranked + tuple(i for i in ids if i not in named))[:k]
+
+    def _nearest(self, query: str, k: int) -> tuple[int, ...]:
+        """The embedding search: the ``k`` documents nearest to ``query`` (memoised, and on disk with ``disk``)."""
         key = (query, k)
         hit = self.memo.get(key)
         if hit is not None:
@@ -728,6 +765,8 @@ class RetrievalService:
             retriever.origin = (self, w)
             retriever.vectors = self.doc_vectors
             retriever.indices = frozenset(indices)
+            if config.identifier_match:
+                retriever.identifiers = identifier_index({i: world.documents[i].text for i in indices})
             if config.search_cache and config.ablation == "none" and indices:
                 retriever.disk = self.runtime
             if config.presearch and config.ablation == "none":
@@ -775,7 +814,7 @@ class RetrievalService:
             return cls(world, config, shards, extra_texts)
         key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
                config.result_cache_size, config.presearch, config.lazy_embeddings, config.runtime_cache, config.encoder,
-               config.search_cache,
+               config.search_cache, config.identifier_match,
                tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
         with cls._lock:
             service = cls._registry.get(key)

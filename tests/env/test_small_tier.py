@@ -21,6 +21,7 @@ def test_small_tier_settings():
         assert cfg.planner.mode == "rules" and cfg.entity_linking == "mentions" and cfg.lookup_inputs is False
         assert set(cfg.tasks.families) == {"multihop", "support"} and (cfg.tasks.min_hops, cfg.tasks.max_hops) == (1, 2)
         assert not cfg.enable_replan and cfg.world.distractors_per_fact == 0
+        assert cfg.retrieval.identifier_match and not gym.make("EDO-v0").unwrapped.config.retrieval.identifier_match
         assert [w.top_k for w in cfg.workers] == [3, 3, 1, 1]
         # the same team otherwise: only the context size differs
         for small, default in zip(small_workers(), default_workers(), strict=True):
@@ -211,3 +212,92 @@ def test_token_fields_shape_the_charged_tokens_and_their_defaults_change_nothing
         dataclasses.replace(team[0], verbosity=-1)
     with pytest.raises(ValueError, match="prompt_token_scale"):
         dataclasses.replace(team[0], prompt_token_scale=0.0)
+
+
+def _carrier_questions(base) -> list[tuple[str, int]]:
+    """``(question, corpus index of the document stating its answer)`` for every shipment's carrier."""
+    docs = base.world.documents
+    return [
+        (f"Which carrier handles shipment {d.subject}?", k)
+        for k, d in enumerate(docs)
+        if d.relation == "carrier" and not d.is_distractor
+    ]
+
+
+def test_identifier_match_finds_a_shipment_by_its_tracking_number():
+    """The embedding search alone rarely ranks the document of the shipment a question names first (codes look alike to
+    a sentence encoder); with ``identifier_match`` a worker whose shard holds it always gets it first, and a query that
+    names no identifier gets what the embedding search gives."""
+    hits = {}
+    for match in (False, True):
+        env = gym.make("EDO-Small-v0", retrieval_identifier_match=match)
+        try:
+            base = env.unwrapped
+            env.reset(seed=0)
+            generalist = next(w for w in base.workers if w.spec.name == "generalist")  # shipping in its shard, top_k 1
+            questions = _carrier_questions(base)
+            hits[match] = sum(generalist.retriever.search(q, 1) == (k,) for q, k in questions) / len(questions)
+            plain = "Who is the mentor of " + base.world.entities["person"][0] + "?"
+            assert generalist.retriever.search(plain, 3) == generalist.retriever._nearest(plain, 3)
+            if match:  # a shard without the document, and a code no document holds, are left to the embedding search
+                wiki = next(w for w in base.workers if w.spec.name == "wiki_agent")
+                assert wiki.retriever.search(questions[0][0], 3) == wiki.retriever._nearest(questions[0][0], 3)
+                unknown = "Which carrier handles shipment TRK-NOSUCH-000?"
+                assert generalist.retriever.search(unknown, 2) == generalist.retriever._nearest(unknown, 2)
+        finally:
+            env.close()
+    assert hits[True] == 1.0 and hits[False] < 0.75, hits  # 0.52 with embeddings alone
+
+
+def test_identifier_index_reads_whole_codes_only():
+    from edo_gym.retrieval.store import identifier_index
+
+    index = identifier_index(
+        {3: "Order ORD-AB-12 shipped as TRK-CD-345.", 1: "Shipment TRK-CD-345: carrier X.", 2: "TRK-CD-3456"}
+    )
+    assert index == {"ORD-AB-12": (3,), "TRK-CD-345": (1, 3), "TRK-CD-3456": (2,)}
+    assert identifier_index({0: "Mara Quell, Pirafen Logistics, 45 days, A-1"}) == {}
+
+
+def test_config_rejects_a_non_boolean_identifier_match():
+    with pytest.raises(TypeError, match="identifier_match"):
+        gym.make("EDO-Small-v0", retrieval_identifier_match="yes")
+
+
+class CountingBackend:
+    """The env's simulated models, counting the worker requests it is sent (without their sampling seed)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.asked: list[tuple] = []
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        if request.role == "worker":
+            self.asked.append((request.agent, request.instruction, request.inputs, request.documents))
+        return self.inner.complete(request)
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_the_oracle_asks_a_greedy_worker_each_request_once(greedy):
+    """A greedy worker answers the same request the same way, so the oracle never asks it again; a sampling worker may
+    be asked again (its next answer can differ)."""
+    import dataclasses
+
+    team = tuple(dataclasses.replace(w, greedy=greedy, memory_coverage=0.0) for w in small_workers())
+    env = gym.make("EDO-Small-v0", workers=team, tasks_split="test")
+    try:
+        base = env.unwrapped
+        oracle = make_heuristic("oracle")
+        repeats = 0
+        for task_id in range(40):
+            obs, info = env.reset(seed=task_id, options={"task_id": task_id})
+            base.caller.backend = backend = CountingBackend(base.backend)
+            oracle.reset(obs, info)
+            done = False
+            while not done:
+                obs, _, terminated, truncated, info = env.step(oracle.act_hidden(obs, info, base.hidden_state()))
+                done = terminated or truncated
+            repeats += len(backend.asked) - len(set(backend.asked))
+        assert (repeats == 0) is greedy, repeats
+    finally:
+        env.close()
