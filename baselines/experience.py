@@ -374,15 +374,20 @@ def _dataset_lock(dataset_id: str) -> Any:
 
 def warm_start_dataset_id(policy: str, episodes: int, env_id: str, env_kwargs: dict[str, Any] | None = None) -> str:
     """The id under which :func:`warm_start` keeps ``episodes`` episodes of the hand-written ``policy`` on ``env_id``
-    made with ``env_kwargs``: it names the policy and the episodes, and a digest of the env, its settings and the
-    EDO-Gym version (a dataset of another version or setting is not reused)."""
+    made with ``env_kwargs``: it names the policy and the episodes, and a digest of the env, its settings (those given
+    and, where it has any, those the id is registered with) and the EDO-Gym version (a dataset of another version or
+    setting is not reused)."""
+    import gymnasium as gym
+
     from edo_gym.envs.edo_env import ENV_VERSION
 
-    key = json.dumps(
-        {"env_id": env_id, "env_kwargs": env_kwargs or {}, "policy": policy, "episodes": episodes, "version": ENV_VERSION},
-        sort_keys=True,
-        default=repr,
-    )
+    fields: dict[str, Any] = {
+        "env_id": env_id, "env_kwargs": env_kwargs or {}, "policy": policy, "episodes": episodes, "version": ENV_VERSION,
+    }  # fmt: skip
+    registered = gym.spec(env_id).kwargs if env_id in gym.registry else {}
+    if registered:  # (an id registered without settings keeps the digest it had before they were part of it)
+        fields["registered"] = registered
+    key = json.dumps(fields, sort_keys=True, default=repr)
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     env_name = "".join(c if c.isalnum() else "_" for c in env_id)
     return f"edo_gym/{env_name}_{policy}_{episodes}_{digest}-v0"

@@ -129,15 +129,24 @@ def policy_model_path(out_dir: Path, given: str | None, env_id: str = "EDO-v0", 
 
 def trained_for(cfg: Any) -> bool:
     """Whether ``cfg.model_path`` holds a model trained on ``cfg``'s env and team: a model saved for another team (an
-    earlier calibration) or env settings is trained again, not reused."""
+    earlier calibration), env settings, registered settings of the id or EDO-Gym version (both named by its warm
+    start's dataset id) is trained again, not reused."""
     summary = cfg.model_path.with_suffix(".json")
     if not cfg.model_path.is_file() or not summary.is_file():
         return False
     try:
-        saved = json.loads(summary.read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads(summary.read_text())
+        saved = data["config"]
+        dataset = (data.get("warm_start") or {}).get("dataset")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    return saved.get("env_id") == cfg.env_id and saved.get("env_kwargs") == json.loads(json.dumps(cfg.env_kwargs))
+    if saved.get("env_id") != cfg.env_id or saved.get("env_kwargs") != json.loads(json.dumps(cfg.env_kwargs)):
+        return False
+    if cfg.warm_start is not None and "/" not in cfg.warm_start:  # a hand-written policy's episodes, recorded per env
+        from baselines.experience import warm_start_dataset_id
+
+        return dataset == warm_start_dataset_id(cfg.warm_start, cfg.warm_start_episodes, cfg.env_id, cfg.env_kwargs)
+    return True
 
 
 def evaluate_one(

@@ -155,6 +155,21 @@ def test_warm_start_records_once_and_reuses(minari_dir):
         env.close()
 
 
+def test_a_dataset_id_follows_the_settings_an_id_is_registered_with(monkeypatch):
+    """A registered id whose settings change (a new release of a tier) names another dataset; EDO-v0, registered
+    without settings, keeps the digest it had before registered settings were part of it."""
+    import copy
+
+    small = warm_start_dataset_id("rule_based", 20, "EDO-Small-v0", None)
+    spec = copy.deepcopy(gym.spec("EDO-Small-v0"))
+    spec.kwargs = {**spec.kwargs, "retrieval_identifier_match": not spec.kwargs["retrieval_identifier_match"]}
+    monkeypatch.setitem(gym.registry, "EDO-Small-v0", spec)
+    assert warm_start_dataset_id("rule_based", 20, "EDO-Small-v0", None) != small
+    assert (
+        warm_start_dataset_id("static_pipeline", 2000, "EDO-v0", None) == "edo_gym/EDO_v0_static_pipeline_2000_abd750b7d6-v0"
+    )
+
+
 def _warm_start_in_a_process(minari_path: str) -> bool:
     import os
 

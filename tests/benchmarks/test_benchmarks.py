@@ -599,6 +599,30 @@ def test_sim_to_real_simulated_column_is_resumable_and_compares_backends(tmp_pat
     assert "## Tier EDO-Small-v0" in (tmp_path / "sim_to_real.md").read_text()
 
 
+def test_sim_to_real_trains_again_when_the_tier_it_trained_on_has_changed(tmp_path, monkeypatch):
+    """A saved simulation policy is reused only for the same env, team and registered settings of the id (a tier whose
+    registration changed is another env, though its id and ``env_kwargs`` are the same)."""
+    import copy
+
+    import gymnasium as gym
+
+    from baselines.experience import warm_start_dataset_id
+    from baselines.training import TrainConfig
+    from benchmarks.sim_to_real import trained_for
+
+    cfg = TrainConfig(env_id="EDO-Small-v0", output_dir=str(tmp_path), eval_episodes=0)
+    cfg.model_path.write_bytes(b"a model")
+    dataset = warm_start_dataset_id(cfg.warm_start, cfg.warm_start_episodes, cfg.env_id, cfg.env_kwargs)
+    summary = {"config": {"env_id": "EDO-Small-v0", "env_kwargs": {}}, "warm_start": {"dataset": dataset}}
+    cfg.model_path.with_suffix(".json").write_text(json.dumps(summary))
+    assert trained_for(cfg)
+    assert not trained_for(dataclasses.replace(cfg, env_kwargs={"workers": []}))
+    spec = copy.deepcopy(gym.spec("EDO-Small-v0"))
+    spec.kwargs = {**spec.kwargs, "retrieval_identifier_match": False}
+    monkeypatch.setitem(gym.registry, "EDO-Small-v0", spec)
+    assert not trained_for(cfg)
+
+
 def test_sim_to_real_rejects_unknown_policies(capsys):
     from benchmarks import sim_to_real
 
