@@ -31,8 +31,9 @@ HNSW index on >99.9% of queries) and warns once (:class:`ForkedChromaWarning`). 
 
 Identifiers (``RetrievalConfig.identifier_match``, off by default): sentence embeddings do not tell codes such as
 ``TRK-KAFEN-514`` apart, so a query naming one finds other shipments' documents. With the option on, a shard keeps a
-keyword index of the identifiers its documents contain, and a query naming an identifier gets the shard's documents
-that contain it first, then the embedding search's results (a hybrid retriever's keyword side).
+keyword index of the identifiers its documents contain (:class:`IdentifierRetriever`), and a query naming an
+identifier gets the shard's documents that contain it first, then the embedding search's results (a hybrid retriever's
+keyword side).
 """
 
 from __future__ import annotations
@@ -335,8 +336,6 @@ class ShardRetriever:
         #: Corpus indices of this shard's documents (set by the service; checks results read from ``disk``).
         self.indices: frozenset[int] = frozenset()
         self._fingerprint: str | None = None
-        #: Identifier -> this shard's documents that contain it (``RetrievalConfig.identifier_match``); ``None``: off.
-        self.identifiers: dict[str, tuple[int, ...]] | None = None
         #: Results read from ``disk`` instead of searched (``searches`` counts the index queries).
         self.disk_hits = 0
         #: Canonical queries' results read from ``disk`` by presearch (``presearches`` counts those searched).
@@ -349,25 +348,9 @@ class ShardRetriever:
         return (_retriever_of, self.origin)
 
     def search(self, query: str, k: int) -> tuple[int, ...]:
-        """Corpus indices of the ``k`` nearest documents of this shard (fewer if the shard is smaller); with
-        :attr:`identifiers`, those that contain an identifier the query names come first, nearest first."""
+        """Corpus indices of the ``k`` nearest documents of this shard (fewer if the shard is smaller)."""
         if self.size == 0:
             return ()
-        ids = self._nearest(query, k)
-        if self.identifiers is None:
-            return ids
-        named = {i for token in IDENTIFIER.findall(query) for i in self.identifiers.get(token, ())}
-        if not named:
-            return ids
-        first = np.asarray(sorted(named), dtype=np.int64)
-        if self.vectors is not None:  # nearest first, ties by corpus index (as the embedding search ranks)
-            scores = self.vectors[first] @ np.asarray(self.encoder.encode(query), dtype=np.float32)
-            first = first[np.lexsort((first, -np.round(scores, 6)))]
-        ranked = tuple(int(i) for i in first)
-        return (ranked + tuple(i for i in ids if i not in named))[:k]
-
-    def _nearest(self, query: str, k: int) -> tuple[int, ...]:
-        """The embedding search: the ``k`` documents nearest to ``query`` (memoised, and on disk with ``disk``)."""
         key = (query, k)
         hit = self.memo.get(key)
         if hit is not None:
@@ -515,6 +498,29 @@ class ShardRetriever:
             self.memo.put((text, k), read[j] if j in read else searched[j])
         self.presearch_disk_hits += len(read)
         self.presearches += len(searched)
+
+
+class IdentifierRetriever(ShardRetriever):
+    """A :class:`ShardRetriever` with a keyword index of the identifiers its shard's documents contain
+    (``RetrievalConfig.identifier_match``): a query that names one gets the documents that contain it first, nearest
+    first, then the embedding search's results."""
+
+    def __init__(self, *args: Any, identifiers: dict[str, tuple[int, ...]], **kwargs: Any) -> None:
+        """:param identifiers: identifier -> this shard's documents that contain it (:func:`identifier_index`)."""
+        super().__init__(*args, **kwargs)
+        self.identifiers = identifiers
+
+    def search(self, query: str, k: int) -> tuple[int, ...]:
+        ids = super().search(query, k)
+        named = {i for token in IDENTIFIER.findall(query) for i in self.identifiers.get(token, ())}
+        if not named:
+            return ids
+        first = np.asarray(sorted(named), dtype=np.int64)
+        if self.vectors is not None:  # nearest first, ties by corpus index (as the embedding search ranks)
+            scores = self.vectors[first] @ np.asarray(self.encoder.encode(query), dtype=np.float32)
+            first = first[np.lexsort((first, -np.round(scores, 6)))]
+        ranked = tuple(int(i) for i in first)
+        return (ranked + tuple(i for i in ids if i not in named))[:k]
 
 
 #: Process id in which this module started chromadb (inherited, unchanged, by forked children).
@@ -748,25 +754,27 @@ class RetrievalService:
             elif config.chroma_dir is None:
                 name += f"-{uuid.uuid4().hex[:8]}"  # in-memory clients of one process share a backend
             encoder = self.encoders[w if config.mode == "per_worker" else 0]
+            make: Callable[..., ShardRetriever] = ShardRetriever
+            if config.identifier_match:
+                texts = {i: world.documents[i].text for i in indices}
+                make = functools.partial(IdentifierRetriever, identifiers=identifier_index(texts))
             if not indices:
-                retriever = ShardRetriever(None, encoder, key, config.result_cache_size)
+                retriever = make(None, encoder, key, config.result_cache_size)
             elif config.chroma_dir is None:
                 # In memory, chromadb starts at the first reset or search: a process that only builds envs (e.g. the
                 # parent of gymnasium's fork-based AsyncVectorEnv) never starts it, so the children it forks can use it.
                 factory = functools.partial(self._make_collection, name, indices)
-                retriever = ShardRetriever(None, encoder, key, config.result_cache_size, factory=factory, size=len(indices))
+                retriever = make(None, encoder, key, config.result_cache_size, factory=factory, size=len(indices))
             else:
                 collection = (
                     build_collection(self.client, name, self.doc_vectors, indices, persistent=True)
                     if self.client is not None
                     else ExactCollection(self.doc_vectors, indices)
                 )
-                retriever = ShardRetriever(collection, encoder, key, config.result_cache_size)
+                retriever = make(collection, encoder, key, config.result_cache_size)
             retriever.origin = (self, w)
             retriever.vectors = self.doc_vectors
             retriever.indices = frozenset(indices)
-            if config.identifier_match:
-                retriever.identifiers = identifier_index({i: world.documents[i].text for i in indices})
             if config.search_cache and config.ablation == "none" and indices:
                 retriever.disk = self.runtime
             if config.presearch and config.ablation == "none":

@@ -11,6 +11,7 @@ from baselines.heuristics import make_heuristic
 from edo_gym.agents.planner import fallback_plan, rule_plan
 from edo_gym.agents.protocol import LLMRequest, LLMResponse
 from edo_gym.config import default_workers, small_workers
+from edo_gym.retrieval.store import ShardRetriever
 from edo_gym.world.language import parse_question
 
 
@@ -238,12 +239,12 @@ def test_identifier_match_finds_a_shipment_by_its_tracking_number():
             questions = _carrier_questions(base)
             hits[match] = sum(generalist.retriever.search(q, 1) == (k,) for q, k in questions) / len(questions)
             plain = "Who is the mentor of " + base.world.entities["person"][0] + "?"
-            assert generalist.retriever.search(plain, 3) == generalist.retriever._nearest(plain, 3)
+            assert generalist.retriever.search(plain, 3) == ShardRetriever.search(generalist.retriever, plain, 3)
             if match:  # a shard without the document, and a code no document holds, are left to the embedding search
                 wiki = next(w for w in base.workers if w.spec.name == "wiki_agent")
-                assert wiki.retriever.search(questions[0][0], 3) == wiki.retriever._nearest(questions[0][0], 3)
+                assert wiki.retriever.search(questions[0][0], 3) == ShardRetriever.search(wiki.retriever, questions[0][0], 3)
                 unknown = "Which carrier handles shipment TRK-NOSUCH-000?"
-                assert generalist.retriever.search(unknown, 2) == generalist.retriever._nearest(unknown, 2)
+                assert generalist.retriever.search(unknown, 2) == ShardRetriever.search(generalist.retriever, unknown, 2)
         finally:
             env.close()
     assert hits[True] == 1.0 and hits[False] < 0.75, hits  # 0.52 with embeddings alone
