@@ -94,34 +94,6 @@ REAL_REPLIES: list[tuple[str, str, bool]] = [
 ]
 
 
-def _heldout(env_id: str):
-    """The world and the held-out tasks (by text) of ``env_id``, for a module-scoped fixture."""
-    import gymnasium as gym
-
-    import edo_gym  # noqa: F401
-
-    env = gym.make(env_id, tasks_split="test")
-    base = env.unwrapped
-    yield base.world, {t.text: t for t in base.pool.tasks}
-    env.close()
-
-
-def _check_verdict(heldout, task_text: str, reply: str, expected: bool) -> None:
-    world, tasks = heldout
-    task = tasks[task_text]
-    assert grade_final(world, task, reply) is expected, (task.answer, reply)
-
-
-@pytest.fixture(scope="module")
-def heldout():
-    yield from _heldout("EDO-v0")
-
-
-@pytest.mark.parametrize(("task_text", "reply", "expected"), REAL_REPLIES)
-def test_real_reply_gets_the_readers_verdict(heldout, task_text, reply, expected):
-    _check_verdict(heldout, task_text, reply, expected)
-
-
 #: (task text, reply, expected verdict) on ``EDO-Small-v0``'s held-out tasks, from the same recording
 SMALL_TIER_REPLIES: list[tuple[str, str, bool]] = [
     # the last hop's subject named with the right answer: "the mentor of <the mentor of Priya Brandt> is <the answer>"
@@ -131,13 +103,38 @@ SMALL_TIER_REPLIES: list[tuple[str, str, bool]] = [
 
 
 @pytest.fixture(scope="module")
-def heldout_small():
-    yield from _heldout("EDO-Small-v0")
+def heldout_of():
+    """``heldout_of(env_id)``: the world and the held-out tasks (by text) of ``env_id``, each env made once."""
+    import gymnasium as gym
+
+    import edo_gym  # noqa: F401
+
+    envs: dict[str, gym.Env] = {}
+
+    def get(env_id: str):
+        if env_id not in envs:
+            envs[env_id] = gym.make(env_id, tasks_split="test")
+        base = envs[env_id].unwrapped
+        return base.world, {t.text: t for t in base.pool.tasks}
+
+    yield get
+    for env in envs.values():
+        env.close()
 
 
-@pytest.mark.parametrize(("task_text", "reply", "expected"), SMALL_TIER_REPLIES)
-def test_real_small_tier_reply_gets_the_readers_verdict(heldout_small, task_text, reply, expected):
-    _check_verdict(heldout_small, task_text, reply, expected)
+@pytest.fixture(scope="module")
+def heldout(heldout_of):
+    return heldout_of("EDO-v0")
+
+
+@pytest.mark.parametrize(
+    ("env_id", "task_text", "reply", "expected"),
+    [("EDO-v0", *row) for row in REAL_REPLIES] + [("EDO-Small-v0", *row) for row in SMALL_TIER_REPLIES],
+)
+def test_real_reply_gets_the_readers_verdict(heldout_of, env_id, task_text, reply, expected):
+    world, tasks = heldout_of(env_id)
+    task = tasks[task_text]
+    assert grade_final(world, task, reply) is expected, (task.answer, reply)
 
 
 def test_the_table_covers_every_family_and_both_verdicts(heldout):
