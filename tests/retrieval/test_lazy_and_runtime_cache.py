@@ -29,7 +29,7 @@ from edo_gym.retrieval.cache import CacheWarning
 from edo_gym.retrieval.embedder import space_decomposable as store_decomposable
 from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.store import LazyVectors, RetrievalService
-from tests.env.test_speed_options import _assert_same, _trajectory
+from tests.env.test_speed_options import _assert_same, _model_threads, _trajectory
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,8 @@ def test_runtime_cache_returns_what_the_model_computes(tmp_path, warm_env):
     fresh = pickle.loads(pickle.dumps(cache))  # a new connection; reads from disk only
     assert fresh is not cache and fresh.path == cache.path and not fresh._pending_tokens
     for t in texts:
-        alone = embedder.model.encode([t], normalize_embeddings=True)[0]
+        with _model_threads(embedder):  # the reference under the embedder's own thread count, as the others
+            alone = embedder.model.encode([t], normalize_embeddings=True)[0]
         got = fresh.get_vector(t)
         assert got is not None and np.array_equal(got, alone), t
         assert fresh.get_tokens(t) == len(embedder.tokenizer(t, add_special_tokens=False)["input_ids"])
