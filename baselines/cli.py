@@ -1,6 +1,6 @@
 """``edo`` command line (the console script): ``edo demo`` (heuristic policies on EDO-v0), ``edo train`` (GRPO / GiGPO
 / PPO / MaskablePPO, then the held-out evaluation table), ``edo evaluate PATH`` (a saved model next to the
-heuristics) and ``edo record-dataset`` (episodes of a policy as a Minari dataset, for a warm start), beside the env's own commands from :mod:`edo_gym.cli` (``prepare``, ``compile``, ``serve-llm``)."""
+heuristics) and ``edo record-dataset`` (episodes of a policy as a Minari dataset, for a warm start), beside the env's own commands from :mod:`edo_gym.cli` (``prepare``, ``serve-llm``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any
 from edo_gym.argtypes import count, non_negative_float, non_negative_int, positive_float, positive_int
 from edo_gym.cli import (
     add_backend_args,
-    add_compile_command,
     add_prepare_command,
     add_retrieval_arg,
     backend_failures,
@@ -318,7 +317,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     add_prepare_command(sub)
-    add_compile_command(sub)
 
     from baselines.training import ALGOS, VEC_ENV_KINDS, TrainConfig
 

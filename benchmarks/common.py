@@ -36,11 +36,7 @@ def check_counts(
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU model, core count, memory, OS, Python, GPU if torch sees one, and whether the env's hot path ran compiled.
-
-    ``edo_hot_path`` is :func:`edo_gym.compiled.summary` of this process (``compiled``, ``source`` or ``partial``); a
-    benchmark's child processes decide the same way (the same build, the same ``EDO_GYM_COMPILED``).
-    """
+    """CPU model, core count, memory, OS, Python, GPU if torch sees one."""
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as fh:
@@ -72,9 +68,6 @@ def machine_info() -> dict[str, Any]:
             info["gpu"] = torch.cuda.get_device_name(0)
     except ImportError:
         pass
-    from edo_gym import compiled
-
-    info["edo_hot_path"] = compiled.summary()
     return info
 
 
@@ -185,4 +178,5 @@ def median_iqr(values: list[float]) -> dict[str, float]:
 def machine_line(info: dict[str, Any] | None = None) -> str:
     m = info or machine_info()
     line = f"{m['cpu']}, {m['affinity_cores'] or m['logical_cores']} cores, {m['memory_gib']} GiB RAM, Python {m['python']}"
+    # records written while the env's hot modules could be built with Cython say whether they ran so
     return line + (f", EDO hot path {m['edo_hot_path']}" if m.get("edo_hot_path") else "")

@@ -1,6 +1,6 @@
-"""``edo`` command line, the env's commands: ``edo prepare`` (embed ahead of time what runs will need), ``edo compile``
-(the env's hot modules built with Cython) and ``edo serve-llm`` (a local model server), plus the flags that choose an
-env's LLM backend and retrieval encoder, which the training commands share.
+"""``edo`` command line, the env's commands: ``edo prepare`` (embed ahead of time what runs will need) and
+``edo serve-llm`` (a local model server), plus the flags that choose an env's LLM backend and retrieval encoder,
+which the training commands share.
 
 The ``edo`` console script is :func:`baselines.cli.main`: it adds ``edo demo``, ``edo train`` and ``edo evaluate``
 (policies and algorithms live in ``baselines``, which depends on ``edo_gym``, never the other way round).
@@ -17,12 +17,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from edo_gym.argtypes import count, positive_float, positive_int
+from edo_gym.argtypes import count, positive_float
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-_positive_int, _count, _positive_float = positive_int, count, positive_float
+_count, _positive_float = count, positive_float
 
 
 def _agent_model(text: str) -> tuple[str, str]:
@@ -184,27 +184,6 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
-    from edo_gym import compiled
-
-    if args.clean:
-        removed = compiled.clean()
-        print(f"removed {len(removed)} file(s); the hot modules run from source" + "".join(f"\n  {p}" for p in removed))
-        return 0
-    if not args.status:
-        t0 = time.perf_counter()
-        try:
-            built = compiled.build(force=args.force, jobs=args.jobs, progress=not args.no_progress)
-        except (RuntimeError, ValueError) as exc:
-            print(f"edo compile: error: {exc}", file=sys.stderr)
-            return 1
-        n = sum(v == "compiled" for v in built.values())
-        print(f"{n}/{len(built)} hot modules compiled and current ({time.perf_counter() - t0:.1f} s); manifest: "
-              f"{compiled.PACKAGE_DIR / compiled.MANIFEST_NAME}")  # fmt: skip
-        return 0
-    return compiled.main()
-
-
 def retrieval_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Env kwargs for ``--retrieval-encoder`` (none for the default, so the env's own defaults apply)."""
     encoder = getattr(args, "retrieval_encoder", "transformer")
@@ -267,39 +246,17 @@ def add_prepare_command(sub: Any) -> argparse.ArgumentParser:
     return prep
 
 
-def add_compile_command(sub: Any) -> argparse.ArgumentParser:
-    """Register ``edo compile`` on an ``argparse`` subparsers object."""
-    comp = sub.add_parser(
-        "compile",
-        help="build the env's hot modules with Cython (same source, same trajectories, faster steps)",
-        description="Translate the modules a step runs through (edo_gym.compiled.HOT_MODULES) with Cython and build them "
-        "with the C compiler, in place beside their sources; later imports use them. Only modules whose source changed "
-        "since their build (or with no build) are rebuilt. A build whose source changed is never used: that module runs "
-        "from source, with a warning. EDO_GYM_COMPILED=off runs pure Python; =on fails unless all are compiled.",
-    )
-    what = comp.add_mutually_exclusive_group()
-    what.add_argument("--status", action="store_true", help="print which hot modules run compiled, build nothing")
-    what.add_argument("--clean", action="store_true", help="remove the builds (pure Python again)")
-    what.add_argument("--force", action="store_true", help="rebuild every hot module")
-    comp.add_argument("--jobs", type=_positive_int, default=None, help="modules compiled at once (default: CPUs, max 4)")
-    comp.add_argument("--no-progress", action="store_true", help="no progress bar")
-    comp.set_defaults(func=cmd_compile)
-
-    return comp
-
-
 def add_env_commands(sub: Any) -> None:
-    """Register the env's commands (``prepare``, ``compile``, ``serve-llm``) on an ``argparse`` subparsers object."""
+    """Register the env's commands (``prepare``, ``serve-llm``) on an ``argparse`` subparsers object."""
     from edo_gym.llm.server import add_serve_llm_parser  # stdlib only; xllamacpp is imported when serving
 
     add_prepare_command(sub)
-    add_compile_command(sub)
     add_serve_llm_parser(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The env's commands alone (``python -m edo_gym.cli``); the ``edo`` script's parser is ``baselines.cli``'s."""
-    parser = argparse.ArgumentParser(prog="edo", description="EDO-Gym: the env's commands (prepare, compile, serve-llm)")
+    parser = argparse.ArgumentParser(prog="edo", description="EDO-Gym: the env's commands (prepare, serve-llm)")
     add_env_commands(parser.add_subparsers(dest="command", required=True))
     return parser
 

@@ -54,5 +54,5 @@ def test_the_edo_script_has_the_env_and_the_training_commands():
         (sub,) = [a for a in parser._actions if a.dest == "command"]
         return list(sub.choices)
 
-    assert commands(build_parser()) == ["demo", "prepare", "compile", "train", "record-dataset", "evaluate", "serve-llm"]
-    assert commands(build_env_parser()) == ["prepare", "compile", "serve-llm"]
+    assert commands(build_parser()) == ["demo", "prepare", "train", "record-dataset", "evaluate", "serve-llm"]
+    assert commands(build_env_parser()) == ["prepare", "serve-llm"]

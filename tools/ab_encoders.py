@@ -3,11 +3,11 @@ alternated windows.
 
 ``env_throughput.py --encoder static`` and ``env_throughput.py`` run one after the other, and on a shared 2-core
 machine absolute rates (and the ratio to CartPole-v1) move by 10-30% within minutes, more than the difference between
-the two encoders. So the two are measured side by side, as ``ab_compiled.py`` measures the compiled hot path: two
-long-lived processes of this checkout's code, one per encoder, each on its own cache directory prepared as ``edo
-prepare`` (``--retrieval-encoder static`` for the static arm) leaves it. Each arm warms up with ``--warmup`` random legal
-steps, then ``--rounds`` rounds follow; in each, the arms take turns (the first arm alternating from round to round),
-and an arm's turn times ``--steps`` EDO-v0 steps and then as many CartPole-v1 steps in the same process.
+the two encoders. So the two are measured side by side (``ab_windows.py``): two long-lived processes of this
+checkout's code, one per encoder, each on its own cache directory prepared as ``edo prepare`` (``--retrieval-encoder
+static`` for the static arm) leaves it. Each arm warms up with ``--warmup`` random legal steps, then ``--rounds``
+rounds follow; in each, the arms take turns (the first arm alternating from round to round), and an arm's turn times
+``--steps`` EDO-v0 steps and then as many CartPole-v1 steps in the same process.
 
 The static encoder is not exact (other vectors, other search results), so the arms do not step the same
 trajectories: each window also reports how many texts its encoder embedded (no cache held them) and how many index
@@ -31,7 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.common import git_revision, machine_line  # noqa: E402
 from benchmarks.train_throughput import prepare_cache  # noqa: E402
-from tools.ab_compiled import Arm, alternate, close_arms, parse_args, summarise, write_ab_results  # noqa: E402
+from tools.ab_windows import Arm, alternate, close_arms, parse_args, summarise, write_ab_results  # noqa: E402
 
 ARMS = ("default", "static")
 _KWARGS: dict[str, dict[str, Any]] = {"default": {}, "static": {"retrieval": {"encoder": "static"}}}
@@ -45,8 +45,7 @@ def main() -> None:
         for name in ARMS:
             print(f"{name}: preparing a cache directory (as `edo prepare` leaves it) ...", flush=True)
             prepare_cache(tmp / name, env_kwargs=_KWARGS[name])
-            arms[name] = Arm(name, tmp / name, env_vars={}, env_kwargs=_KWARGS[name])
-        hot_paths = {name: arm.hot_path for name, arm in arms.items()}
+            arms[name] = Arm(name, tmp / name, env_kwargs=_KWARGS[name])
 
         def report(row: dict[str, Any]) -> None:
             a, b = row["static"], row["default"]
@@ -74,7 +73,7 @@ def main() -> None:
     md = [
         "# A/B: the static (model2vec) retrieval encoder against the default one (warm EDO-v0 steps)",
         "",
-        f"Machine: {machine_line()}. Revision {rev}; hot path {hot_paths}. Command: `python tools/ab_encoders.py "
+        f"Machine: {machine_line()}. Revision {rev}. Command: `python tools/ab_encoders.py "
         f"--rounds {args.rounds} --steps {args.steps} --warmup {args.warmup}`.",
         "",
         "Two long-lived processes of the same code (`retrieval.encoder` default / `static`), each on a cache directory "
@@ -94,7 +93,7 @@ def main() -> None:
                   f"{b['embedder_calls']}, {b['index_searches']} | {a['edo_us_per_step']:.1f} | "
                   f"{a['edo_over_cartpole']:.3f} | {a['embedder_calls']}, {a['index_searches']} | "
                   f"{row['static_over_default_time']:.3f} |")  # fmt: skip
-    write_ab_results("ab_encoders", args, md, headline, {"revision": rev, "hot_path": hot_paths}, summary, rounds)
+    write_ab_results("ab_encoders", args, md, headline, {"revision": rev}, summary, rounds)
 
 
 if __name__ == "__main__":

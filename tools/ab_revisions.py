@@ -5,14 +5,11 @@ measured here as alternated pairs: a fresh ``edo train`` process with ``make tra
 ``--eval-episodes 0`` running the base revision's code (checked out into a temporary ``git worktree``), then one
 running this checkout's code, ``--repeats`` times. Each arm has a cache directory of its own, prepared by its own
 code as ``make prepare`` leaves it, and each run starts on a fresh copy of it (a run adds run-time cache entries:
-without the copy, later runs would find more). Both arms run the same hot path: the compiled modules
-(``edo compile``) are build outputs that a new worktree lacks, so when this checkout runs compiled the base's own are
-built in its worktree first, and both arms then run with ``EDO_GYM_COMPILED=on``; otherwise both run pure Python
-(``off``), so that neither arm is timed on another hot path. Reported: each pair's
-training steps/s and time breakdown, the head / base ratio of training wall time per pair and its median, and whether
-the two arms saved the same policy parameters (an exact speed change trains the same policy, tensor for tensor). Both
-arms get the same arguments: an option of ``make train``'s that the base's ``edo train`` lacks (such as
-``--update-threads`` for a base older than that option) is left out of both, and the results say so.
+without the copy, later runs would find more). Reported: each pair's training steps/s and time breakdown, the head /
+base ratio of training wall time per pair and its median, and whether the two arms saved the same policy parameters
+(an exact speed change trains the same policy, tensor for tensor). Both arms get the same arguments: an option of
+``make train``'s that the base's ``edo train`` lacks (such as ``--update-threads`` for a base older than that option)
+is left out of both, and the results say so.
 
 Usage: ``python tools/ab_revisions.py --base REV [--repeats 3] [--timesteps 300000] [--no-reachable]``.
 Results: ``tools/results/ab_revisions.{json,md}`` (or ``--out-dir``).
@@ -54,35 +51,6 @@ def resolve_revision(rev: str) -> str:
     return proc.stdout.strip()
 
 
-def _arm_env(cache_dir: Path, code_dir: Path, hot_path_mode: str | None = None) -> dict[str, str]:
-    """The environment of an arm's process; ``hot_path_mode``: ``EDO_GYM_COMPILED`` for it (None: as inherited)."""
-    env = _env(cache_dir, code_dir)
-    if hot_path_mode is not None:
-        env["EDO_GYM_COMPILED"] = hot_path_mode
-    return env
-
-
-def hot_path(code_dir: Path, cache_dir: Path) -> str:
-    """``edo_gym.compiled.summary()`` of the code in ``code_dir`` (``compiled``, ``source`` or ``partial (k/n
-    compiled)``); ``source`` for a revision without ``edo_gym.compiled``."""
-    proc = subprocess.run([sys.executable, "-c", "from edo_gym import compiled; print(compiled.summary())"], cwd=code_dir,
-                          env=_arm_env(cache_dir, code_dir), capture_output=True, text=True)  # fmt: skip
-    lines = proc.stdout.strip().splitlines()
-    return lines[-1] if proc.returncode == 0 and lines else "source"
-
-
-def match_hot_paths(worktree: Path, cache_dir: Path) -> dict[str, str]:
-    """Run both arms with the same hot path. The compiled modules are build outputs (not in git), so a new worktree of
-    the base has none: when this checkout runs compiled, build the base's with its own ``edo compile``; then
-    ``mode`` is ``on`` (``EDO_GYM_COMPILED``) if both arms are compiled, else ``off``: pure Python in both."""
-    head = hot_path(REPO, cache_dir)
-    if head == "compiled":
-        subprocess.run([sys.executable, "-m", "edo_gym.cli", "compile", "--no-progress"], cwd=worktree,
-                       env=_arm_env(cache_dir, worktree), capture_output=True, text=True)  # fmt: skip
-    base = hot_path(worktree, cache_dir)
-    return {"mode": "on" if head == base == "compiled" else "off", "base": base, "head": head}
-
-
 def train_cli(code_dir: Path) -> str:
     """The module that runs ``edo train`` in ``code_dir``: ``baselines.cli``, or ``edo_gym.cli`` in revisions before
     the training commands moved to ``baselines``."""
@@ -93,7 +61,7 @@ def shared_train_args(base_dir: Path, cache_dir: Path) -> tuple[list[str], list[
     """``make train``'s arguments that the base's ``edo train`` knows, for both arms, and the options left out (an
     option added after the base, such as ``--update-threads``; its value goes with it)."""
     proc = subprocess.run([sys.executable, "-m", train_cli(base_dir), "train", "--help"], cwd=base_dir,
-                          env=_arm_env(cache_dir, base_dir), capture_output=True, text=True)  # fmt: skip
+                          env=_env(cache_dir, base_dir), capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"edo train --help in {base_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     known = set(re.findall(r"--[A-Za-z0-9][A-Za-z0-9-]*", proc.stdout))  # "[--seed SEED]", "--seed SEED", ...
@@ -107,7 +75,6 @@ def train_once(
     cache_dir: Path,
     out_dir: Path,
     timesteps: int,
-    hot_path_mode: str | None = None,
     train_args: list[str] | None = None,
 ) -> dict[str, Any]:
     """One fresh ``edo train`` process running the code in ``code_dir``: its rate, time breakdown and parameters.
@@ -116,7 +83,7 @@ def train_once(
     """
     train_args = TRAIN_ARGS if train_args is None else train_args
     args = ["-m", train_cli(code_dir), "train", *train_args, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
-    proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_arm_env(cache_dir, code_dir, hot_path_mode),
+    proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_env(cache_dir, code_dir),
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"edo train in {code_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -169,24 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(worktree), base], cwd=REPO, check=True)
         try:
             code = {"base": worktree, "head": REPO}
-            print("matching the arms' hot paths (building the base's compiled modules if this checkout has them) ...",
-                  flush=True)  # fmt: skip
-            hot = match_hot_paths(worktree, Path(tmp) / "hot_path_cache")
-            print(f"  both arms run {'compiled' if hot['mode'] == 'on' else 'pure Python'} (EDO_GYM_COMPILED="
-                  f"{hot['mode']}; base {hot['base']}, head {hot['head']})", flush=True)  # fmt: skip
-            train_args, dropped = shared_train_args(worktree, Path(tmp) / "hot_path_cache")
+            train_args, dropped = shared_train_args(worktree, Path(tmp) / "help_cache")
             if dropped:
                 print(f"  the base's edo train lacks {' '.join(dropped)}: both arms run without it", flush=True)
             for arm in ("base", "head"):
                 print(f"preparing the {arm} arm's cache (as make prepare) ...", flush=True)
                 subprocess.run([sys.executable, "-c", _COMPLETE, "0" if args.no_reachable else "1"], cwd=code[arm],
-                               env=_arm_env(Path(tmp) / f"cache_{arm}", code[arm], hot["mode"]), check=True,
+                               env=_env(Path(tmp) / f"cache_{arm}", code[arm]), check=True,
                                capture_output=True)  # fmt: skip
             for r in range(args.repeats):
                 for arm in ("base", "head"):
                     cache = Path(tmp) / f"cache_{arm}_{r}"
                     shutil.copytree(Path(tmp) / f"cache_{arm}", cache)
-                    run = train_once(code[arm], cache, Path(tmp) / f"{arm}{r}", args.timesteps, hot["mode"], train_args)
+                    run = train_once(code[arm], cache, Path(tmp) / f"{arm}{r}", args.timesteps, train_args)
                     shutil.rmtree(cache)
                     runs[arm].append(run)
                     print(f"  pair {r + 1} {arm}: {run['train_wall_s']:.1f} s, {run['steps_per_s']:,.0f} steps/s", flush=True)
@@ -203,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
         | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": train_args, "dropped_train_args": dropped},
         "base_revision": base,
         "head_revision": head,
-        "hot_path": hot,
         "runs": runs,
         "head_over_base_wall": pair_ratios,
         "median_head_over_base_wall": float(np.median(pair_ratios)),
@@ -217,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{machine_line()}. Command: `{command}`. Base {base[:12]}, head {_short(head)}. Fresh `edo train` processes with "
         f"`make train`'s arguments{less} and `--eval-episodes 0`, {args.timesteps:,} steps, alternated base / head, "
-        f"{args.repeats} pairs; each arm on a cache prepared by its own code. Hot path: "
-        f"{'compiled in both arms' if hot['mode'] == 'on' else 'pure Python in both arms'} (`EDO_GYM_COMPILED={hot['mode']}`; "
-        f"built: base {hot['base']}, head {hot['head']}).",
+        f"{args.repeats} pairs; each arm on a cache prepared by its own code.",
         "",
         "| pair | base: training s (steps/s) | head: training s (steps/s) | head / base | same parameters |",
         "|---|---|---|---|---|",

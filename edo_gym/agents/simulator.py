@@ -81,8 +81,8 @@ class FastRNG(random.Random):
             super().__init__(seed)
 
     def integers(self, low: int, high: int | None = None) -> int:
-        # random.Random.randrange(low[, high]) with step 1, written out so that `edo compile` compiles it: the same
-        # getrandbits draws (k bits, redrawn while >= n), so the same values (tested against randrange)
+        # random.Random.randrange(low[, high]) with step 1, written out: the same getrandbits draws (k bits, redrawn
+        # while >= n), so the same values (tested against randrange)
         start, stop = (0, operator.index(low)) if high is None else (operator.index(low), operator.index(high))
         n = stop - start
         if n <= 0:
@@ -94,7 +94,7 @@ class FastRNG(random.Random):
         return start + r
 
     def normal(self, mean: float = 0.0, sd: float = 1.0) -> float:
-        # random.Random.gauss(mean, sd) written out (compiled by `edo compile`): the same Box-Muller pair from two
+        # random.Random.gauss(mean, sd) written out: the same Box-Muller pair from two
         # random() draws, the second value kept in gauss_next for the next call (tested against gauss)
         z = self.gauss_next
         self.gauss_next = None

@@ -243,8 +243,8 @@ def _update(h: Any, x: Any) -> None:
         h.update(f"{type(x).__name__}:{x!r}".encode())
 
 
-#: :class:`RunDigest` of ``seeded_run_digest(400)`` in pure Python (``EDO_GYM_COMPILED=off``) on the 0.3.0 dynamics
-#: (key-value grading, no ``info["anchor_key"]``); the compiled hot path must give the same. The same on the last
+#: :class:`RunDigest` of ``seeded_run_digest(400)`` on the 0.3.0 dynamics (key-value grading, no
+#: ``info["anchor_key"]``). The same on the last
 #: version that reproduced the earlier digests (which hashed the task embedding's bits too, and held on an AMD EPYC
 #: only), on an Intel Xeon, and with the model's vectors perturbed by a relative 3e-6 (fresh caches).
 SEEDED_RUN_DIGEST: tuple[str, float] = ("e95121834dfc62ef0285551e995daceb4f6af0d414ac87226fd3471689408fd3", 4640.023050272837)

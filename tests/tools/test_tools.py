@@ -35,9 +35,6 @@ def run_script(args: list[str], timeout: int = 600, check: bool = True) -> subpr
         ("ab_revisions", ["--base", "HEAD", "--timesteps", "0"], "--timesteps must be >= 1"),
         ("ab_revisions", ["--base", "no-such-revision"], "is not a commit of this repository"),
         ("ab_revisions", [], "the following arguments are required: --base"),
-        ("ab_compiled", ["--rounds", "0"], "--rounds must be >= 1"),
-        ("ab_compiled", ["--steps", "0"], "--steps must be >= 1"),
-        ("ab_compiled", ["--warmup", "-1"], "--warmup must be >= 0"),
         ("ab_encoders", ["--rounds", "0"], "--rounds must be >= 1"),
         ("ab_encoders", ["--steps", "0"], "--steps must be >= 1"),
         ("ab_encoders", ["--warmup", "-1"], "--warmup must be >= 0"),
@@ -207,8 +204,7 @@ def test_ab_revisions_leaves_out_options_the_base_lacks(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_ab_revisions_tiny_run(tmp_path):
-    """One (base, head) pair with base = HEAD: the same code on both sides trains the same parameters, on the same
-    hot path (the base worktree's compiled modules are built when this checkout has them; ~2 min)."""
+    """One (base, head) pair with base = HEAD: the same code on both sides trains the same parameters (~2 min)."""
 
     def worktrees() -> list[str]:
         return subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout.splitlines()
@@ -222,29 +218,7 @@ def test_ab_revisions_tiny_run(tmp_path):
     assert data["head_over_base_wall"] == [pytest.approx(head["train_wall_s"] / base["train_wall_s"])]
     assert set(data["median_parts_s"]["head"]) == {"env_s", "policy_inference_s", "update_s", "rollout_other_s", "other_s"}
     assert "| 1 |" in (tmp_path / "ab_revisions.md").read_text()
-    hot = data["hot_path"]
-    assert hot["base"] == hot["head"] and hot["mode"] == ("on" if hot["head"] == "compiled" else "off")
     assert worktrees() == before  # the base revision's temporary worktree is gone
-
-
-@pytest.mark.slow
-def test_ab_compiled_tiny_run(tmp_path):
-    """Two alternated rounds of the compiled and the pure arm: the same trajectories, both modes really in use (~110 s;
-    needs the build `make install` leaves)."""
-    from edo_gym import compiled
-
-    if compiled.summary() != "compiled":
-        pytest.skip("the hot modules are not all built and current here (`edo compile`)")
-    run_script(["tools/ab_compiled.py", "--rounds", "2", "--steps", "300", "--warmup", "200",
-                "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
-    data = json.loads((tmp_path / "ab_compiled.json").read_text())
-    assert [r["first"] for r in data["rounds"]] == ["compiled", "pure"]
-    for r in data["rounds"]:
-        assert r["compiled"]["reward_sum"] == r["pure"]["reward_sum"] and r["compiled"]["episodes"] == r["pure"]["episodes"]
-        assert r["compiled_over_pure_time"] == pytest.approx(r["compiled"]["edo_s"] / r["pure"]["edo_s"])
-    assert set(data["summary"]) == {"compiled_over_pure_time", "compiled", "pure"}
-    assert data["machine"]["edo_hot_path"] == "compiled"
-    assert "| 1 | pure |" in (tmp_path / "ab_compiled.md").read_text()
 
 
 @pytest.mark.slow
