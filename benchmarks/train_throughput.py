@@ -24,10 +24,10 @@ Usage::
 
     python benchmarks/train_throughput.py                 # 2 repeats, 300k training steps
     python benchmarks/train_throughput.py --repeats 1 --timesteps 100000
-    python benchmarks/train_throughput.py --train-arg=--vec-env=shards      # make train's arguments plus these
+    python benchmarks/train_throughput.py --train-arg=--vec-env=subproc     # make train's arguments plus these
 
 With ``--train-arg`` options (extra ``edo train`` arguments, appended to make train's), the figures are those of
-that training setting; with worker processes (``--vec-env shards`` or ``subproc``), the per-CPU-second ratio is not
+that training setting; with worker processes (``--vec-env subproc``), the per-CPU-second ratio is not
 reported (the training's CPU time would leave out its workers').
 
 Results: ``benchmarks/results/train_throughput.{json,md}`` (or ``--out-dir``).
@@ -121,7 +121,7 @@ def prepare_cache(cache_dir: Path, reachable: bool = True, env_kwargs: dict[str,
 def _has_workers(extra_args: list[str]) -> bool:
     """Whether ``edo train`` arguments ask for a VecEnv with worker processes."""
     joined = " ".join(extra_args).replace("=", " ").split()
-    return any(a == "--vec-env" and b in ("shards", "subproc") for a, b in zip(joined, joined[1:], strict=False))
+    return any(a == "--vec-env" and b == "subproc" for a, b in zip(joined, joined[1:], strict=False))
 
 
 def train_rate(cache_dir: Path, out_dir: Path, timesteps: int, extra_args: list[str] | None = None) -> dict[str, Any]:
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         help="prepare the cache without the reachable queries (complete embedding lists only)",
     )
     parser.add_argument("--train-arg", action="append", default=[], metavar="ARG",
-                        help="an extra `edo train` argument after make train's (repeatable), e.g. --train-arg=--vec-env=shards")  # fmt: skip
+                        help="an extra `edo train` argument after make train's (repeatable), e.g. --train-arg=--vec-env=subproc")  # fmt: skip
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.train_arg and not args.train_arg[0].startswith("--"):

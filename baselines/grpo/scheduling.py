@@ -26,8 +26,7 @@ env on their own, without a seed or options, so a :class:`GroupScheduler` decide
   of the unfinished ones, fall short of the target (up to a cap): :meth:`GroupScheduler.groups_to_claim`.
 * **Idle envs wait** (:func:`idle_envs_can_wait`). Near the end of a rollout some envs have no member left to run.
   On a VecEnv that can step some of its envs only (``step_some(actions, indices, hold)``, as
-  :class:`~baselines.training.vec_env.FreshInfoDummyVecEnv` and :class:`~baselines.sharded_vec_env.ShardedVecEnv`
-  can), those envs are not stepped, and an env whose episode ends with no start queued is held at its end instead of
+  :class:`~baselines.training.vec_env.FreshInfoDummyVecEnv` can), those envs are not stepped, and an env whose episode ends with no start queued is held at its end instead of
   auto-reset (that episode would never be recorded). Every recorded episode starts with a seeded reset and the policy
   still samples for every env, so the recorded data are the same as when every env steps; ``docs/performance.md``
   gives the figures.

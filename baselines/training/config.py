@@ -12,7 +12,7 @@ from typing import Any
 ALGOS: tuple[str, ...] = ("grpo", "gigpo", "ppo", "maskable_ppo")
 #: The group-relative algorithms (no critic, groups of episodes).
 GROUP_ALGOS: tuple[str, ...] = ("grpo", "gigpo")
-VEC_ENV_KINDS: tuple[str, ...] = ("dummy", "subproc", "shards")
+VEC_ENV_KINDS: tuple[str, ...] = ("dummy", "subproc")
 GROUP_MODES: tuple[str | None, ...] = (None, "seed", "task_id")
 SUPERVISIONS: tuple[str, ...] = ("outcome", "process")
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dapo", "dr_grpo")

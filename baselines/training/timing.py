@@ -212,7 +212,7 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
             if before is _ABSENT:
                 with contextlib.suppress(AttributeError):
                     delattr(obj, name)
-            else:  # an instance's own attribute (e.g. ShardedVecEnv's step_some) is put back
+            else:  # an instance's own attribute is put back
                 setattr(obj, name, before)
 
 

@@ -12,7 +12,6 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from baselines.grpo.wrappers import GroupStartWrapper
-from baselines.sharded_vec_env import ShardedVecEnv
 from baselines.training.config import GROUP_ALGOS, TrainConfig
 
 
@@ -134,23 +133,11 @@ def _is_edo_id(env_id: str) -> bool:
 def make_train_env(cfg: TrainConfig) -> VecEnv:
     """The training VecEnv: ``cfg.n_envs`` copies of ``cfg.env_id`` (train split), each wrapped in ``Monitor``.
 
-    ``vec_env="dummy"`` on an EDO id gives a :class:`FreshInfoDummyVecEnv` (no deep copy of the infos per step);
-    ``vec_env="shards"`` a :class:`~baselines.sharded_vec_env.ShardedVecEnv` whose workers step their shards in that
-    same class.
+    ``vec_env="dummy"`` on an EDO id gives a :class:`FreshInfoDummyVecEnv` (no deep copy of the infos per step).
     """
     _ensure_registered(cfg.env_id)
     in_process: type[VecEnv] = FreshInfoDummyVecEnv if _is_edo_id(cfg.env_id) else DummyVecEnv
-    vec_env_kwargs: dict[str, Any] | None = None
-    if cfg.vec_env == "dummy":
-        vec_cls: type[VecEnv] = in_process
-    elif cfg.vec_env == "shards":
-        # GRPO/GiGPO queue each episode's next start with an env_method call whose value they do not read: it rides
-        # along with the worker's next command instead of costing a round trip of its own
-        deferred = ("queue_starts",) if cfg.algo in GROUP_ALGOS else ()
-        vec_cls = ShardedVecEnv
-        vec_env_kwargs = {"n_workers": cfg.vec_workers, "vec_env_cls": in_process, "deferred_methods": deferred}
-    else:
-        vec_cls = SubprocVecEnv
+    vec_cls: type[VecEnv] = in_process if cfg.vec_env == "dummy" else SubprocVecEnv
     # make_vec_env would ask for render_mode="rgb_array", which EDO does not support
     env_kwargs = {"render_mode": None, **cfg.env_kwargs}
     # GRPO/GiGPO queue each episode's start in the env, so that the VecEnv's auto-reset is its only reset
@@ -164,7 +151,6 @@ def make_train_env(cfg: TrainConfig) -> VecEnv:
         n_envs=cfg.n_envs,
         seed=cfg.seed,
         vec_env_cls=vec_cls,
-        vec_env_kwargs=vec_env_kwargs,
         env_kwargs=env_kwargs,
         wrapper_class=wrapper_class,
     )

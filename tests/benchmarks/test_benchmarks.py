@@ -725,7 +725,7 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
 def test_train_throughput_knows_which_settings_have_worker_processes():
     from benchmarks.train_throughput import _has_workers
 
-    assert _has_workers(["--vec-env=shards"]) and _has_workers(["--vec-env", "subproc"])
+    assert _has_workers(["--vec-env=subproc"]) and _has_workers(["--vec-env", "subproc"])
     assert not _has_workers([]) and not _has_workers(["--vec-env=dummy", "--torch-threads=2"])
 
 
@@ -827,7 +827,7 @@ def test_env_throughput_tiny_run(tmp_path):
     "script, args, message",
     [
         ("train_throughput", ["--repeats", "0"], "--repeats must be >= 1"),
-        ("train_throughput", ["--train-arg", "shards"], "the first extra argument must be an option"),
+        ("train_throughput", ["--train-arg", "subproc"], "the first extra argument must be an option"),
         ("make_train_seeds", ["--seeds", "-1"], "--seeds must be >= 0"),
         ("make_train_seeds", ["--update-threads", "0"], "--update-threads must be >= 1"),
         ("make_train_seeds", ["--timesteps", "0"], "--timesteps must be >= 1"),
