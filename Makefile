@@ -57,7 +57,7 @@ TRAIN_ARGS ?=
 train: $(PREPARED)  ## warm-start GRPO from a text reader's episodes, train it on EDO-v0 with the plan check (300k steps), print the held-out table
 	$(BIN)/edo train --algo grpo --env EDO-v0 --timesteps 300000 --seed 0 --n-envs 16 --net-arch 128,128 \
 		--learning-rate 1e-4 --ent-coef 0.01 --group-size 8 --groups-per-rollout 16 --batch-size 512 --n-epochs 4 \
-		--scale-rewards none --loss-type bnpo --update-threads 2 --text-features --plan-check --warm-start plan_check_text \
+		--scale-rewards none --loss-type bnpo --text-features --plan-check --warm-start plan_check_text \
 		--output-dir runs --tensorboard-dir runs/tb --eval-episodes 200 $(TRAIN_ARGS)
 
 # pytest exits 5 when it collects nothing: a broken suite, reported as a failure with a clear message.

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from edo_gym.argtypes import count, non_negative_float, non_negative_int, positive_float, positive_int
+from edo_gym.argtypes import count, non_negative_int, parse_int, positive_int
 from edo_gym.cli import (
     add_backend_args,
     add_prepare_command,
@@ -26,26 +30,136 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 _positive_int, _count = positive_int, count
-_non_negative_int, _positive_float, _non_negative_float = non_negative_int, positive_float, non_negative_float
+_non_negative_int = non_negative_int
+
+#: Older spellings of ``edo train`` flags that commands in use still write, beside the flag named after each field:
+#: field -> its extra option strings (a boolean's ``--no-`` form comes with each). The one table of aliases.
+TRAIN_FLAG_ALIASES: dict[str, tuple[str, ...]] = {
+    "env_id": ("--env",),
+    "total_timesteps": ("--timesteps",),
+    "learning_rate": ("--lr",),
+    "tensorboard_log": ("--tensorboard-dir",),
+    "normalize_std": ("--std-normalization",),
+    "progress_bar": ("--progress",),
+}
 
 
-def _net_arch(text: str) -> list[int]:
-    """``"64,64"`` -> ``[64, 64]``; ``""`` or ``"none"`` -> ``[]`` (linear policy)."""
+def train_flag(name: str) -> str:
+    """The ``edo train`` flag of the ``TrainConfig`` field ``name``: ``"total_timesteps"`` -> ``"--total-timesteps"``."""
+    return "--" + name.replace("_", "-")
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def _parse_int_list(text: str) -> list[int]:
+    """``"64,64"`` -> ``[64, 64]``; ``""`` or ``"none"`` -> ``[]``."""
     if text.strip().lower() in ("", "none"):
         return []
     try:
-        sizes = [int(part) for part in text.split(",")]
+        return [int(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers like 64,64, got {text!r}") from None
-    if any(size < 1 for size in sizes):
-        raise argparse.ArgumentTypeError(f"layer sizes must be positive, got {text!r}")
-    return sizes
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers like 64,64, got {text!r}") from None
 
 
-def _batch_size(text: str) -> int | None:
-    if text.strip().lower() in ("none", "all"):
-        return None
-    return _count(text)
+def _show(value: Any, none_word: str = "none") -> str:
+    """A setting's value as it is written on the command line."""
+    if value is None:
+        return none_word
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return ",".join(map(str, value)) or "none"
+    if isinstance(value, dict):
+        return json.dumps(value) if value else "{}"
+    return str(value)
+
+
+def _setting_type(f: dataclasses.Field, annotation: Any) -> Callable[[str], Any]:
+    """The argparse ``type`` of a ``TrainConfig`` field (not a bool): from its annotation (``int``, ``float``, ``str``,
+    ``list[int]``, ``dict``, each also ``| None``) or its ``setting(parse=...)``, then its ``choices``."""
+    meta = f.metadata
+    args = typing.get_args(annotation)
+    optional = type(None) in args
+    base = next(a for a in args if a is not type(None)) if optional else annotation
+    parse: Callable[[str], Any]
+    if meta.get("parse") is not None:
+        parse = meta["parse"]
+    elif base is int:
+        parse = parse_int
+    elif base is float:
+        parse = _parse_float
+    elif base is str:
+        parse = str
+    elif typing.get_origin(base) is list and typing.get_args(base) == (int,):
+        parse = _parse_int_list
+    else:
+        raise TypeError(f"TrainConfig.{f.name}: no command-line form for {annotation!r}; declare it with setting(parse=...)")
+    choices = meta.get("choices")
+    none_words = tuple(meta.get("none", ("none",))) if optional else ()
+    shown = None if choices is None else [_show(c, none_words[0] if none_words else "none") for c in choices]
+
+    def convert(text: str) -> Any:
+        # a choice spelled like a None word (scale_rewards' "none") is that choice
+        if text.strip().lower() in none_words and (choices is None or text not in choices):
+            return None
+        try:
+            value = parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if choices is not None and value not in choices:
+            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(shown or ())})")
+        return value
+
+    convert.__name__ = f.name  # argparse's own messages name the type
+    return convert
+
+
+def add_train_config_args(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """Add one flag per ``TrainConfig`` field to ``parser``, generated from the dataclass: the flag is the field's name
+    (:func:`train_flag`, plus its :data:`TRAIN_FLAG_ALIASES`), its default the field's, its help text and ``--help``
+    group its ``setting(...)`` metadata; a bool is ``--x/--no-x``. The parsed value lands in ``args.<field>``.
+
+    :return: the argument groups by title (:data:`baselines.training.config.SETTING_GROUPS`), for flags to add beside
+    """
+    from baselines.training.config import SETTING_GROUPS, TrainConfig
+
+    groups = {title: parser.add_argument_group(title) for title in SETTING_GROUPS}
+    hints = typing.get_type_hints(TrainConfig)
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        meta = f.metadata
+        if "help" not in meta:
+            raise TypeError(f"TrainConfig.{f.name} has no help text: declare it with setting(..., help=...)")
+        default = getattr(defaults, f.name)
+        flags = [train_flag(f.name), *TRAIN_FLAG_ALIASES.get(f.name, ())]
+        none_word = (meta.get("none") or ("none",))[0]
+        text = f"{meta['help']} (default: {_show(default, none_word)})".replace("%", "%%")
+        group = groups[meta["group"]]
+        if hints[f.name] is bool:
+            group.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=text)
+            continue
+        choices = meta.get("choices")
+        metavar = meta.get("metavar")
+        if metavar is None and choices is not None:
+            metavar = "{" + ",".join(_show(c, none_word) for c in choices) + "}"
+        group.add_argument(*flags, dest=f.name, type=_setting_type(f, hints[f.name]), default=default, metavar=metavar,
+                           help=text)  # fmt: skip
+    return groups
+
+
+def train_config_from_args(args: argparse.Namespace) -> Any:
+    """The ``TrainConfig`` of parsed ``edo train`` flags: every field from ``args.<field>``, and ``env_kwargs`` with the
+    observation flags' kwargs added (:func:`observation_kwargs`). Raises ``ValueError`` for a bad setting."""
+    from baselines.training.config import TrainConfig
+
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
+    values["env_kwargs"] = {**values["env_kwargs"], **observation_kwargs(args)}
+    return TrainConfig(**values)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -103,76 +217,44 @@ def observation_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Env kwargs of ``--retrieval-encoder``, ``--text-features`` and ``--plan-check`` (none for the defaults)."""
     out = dict(retrieval_kwargs(args))
     for flag in ("text_features", "plan_check"):
-        if getattr(args, flag, False):
+        if getattr(args, flag, None):
             out[flag] = True
     return out
 
 
 def add_text_features_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--text-features", action="store_true",
+    p.add_argument("--text-features", action=argparse.BooleanOptionalAction, default=None,
                    help="make the env with text_features=True: the observation adds step_text and plan_text, what an "
                    "orchestrator computes from the task and plan text it reads (a model must be evaluated with the same "
-                   "setting)")  # fmt: skip
-    p.add_argument("--plan-check", action="store_true",
+                   "setting; default: off)")  # fmt: skip
+    p.add_argument("--plan-check", action=argparse.BooleanOptionalAction, default=None,
                    help="make the env with plan_check=True: the observation adds step_check and plan_check, whether each "
                    "written plan step is the one a rule-based planner writes from the task text (a model must be evaluated "
-                   "with the same setting)")  # fmt: skip
+                   "with the same setting; default: off)")  # fmt: skip
 
 
-def _hop_curriculum(text: str) -> Any:
-    from baselines.curriculum import parse_curriculum
-
-    try:
-        return parse_curriculum(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def existing_outputs(model_path: Path) -> list[Path]:
+    """The files of a run saved at ``model_path`` that are there already: the model and its ``.json`` summary."""
+    return [p for p in (model_path, model_path.with_suffix(".json")) if p.exists()]
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from baselines.training import TrainConfig, check_env_id, train
+    from baselines.training import check_env_id, train
 
     try:
-        check_env_id(args.env)
-        cfg = TrainConfig(
-            algo=args.algo,
-            env_id=args.env,
-            total_timesteps=args.timesteps,
-            seed=args.seed,
-            n_envs=args.n_envs,
-            net_arch=args.net_arch,
-            learning_rate=args.learning_rate,
-            ent_coef=args.ent_coef,
-            batch_size=args.batch_size,
-            n_epochs=args.n_epochs,
-            group_size=args.group_size,
-            groups_per_rollout=args.groups_per_rollout,
-            normalize_std=args.normalize_std,
-            scale_rewards=args.scale_rewards,
-            loss_type=args.loss_type,
-            step_advantage_weight=args.step_advantage_weight,
-            filter_on=args.filter_on,
-            dynamic_sampling=args.dynamic_sampling,
-            n_steps=args.n_steps,
-            output_dir=args.output_dir,
-            tensorboard_log=args.tensorboard_dir,
-            eval_episodes=args.eval_episodes,
-            eval_seed=args.eval_seed,
-            progress_bar=not args.no_progress,
-            vec_env=args.vec_env,
-            vec_workers=args.vec_workers,
-            torch_threads=args.torch_threads,
-            update_threads=args.update_threads,
-            gc_freeze=not args.no_gc_freeze,
-            verbose=args.verbose,
-            env_kwargs=observation_kwargs(args),
-            features_extractor=None if args.features_extractor in (None, "flat") else args.features_extractor,
-            hop_curriculum=None if args.hop_curriculum is None else [list(s) for s in args.hop_curriculum],
-            warm_start=None if args.warm_start in (None, "none") else args.warm_start,
-            warm_start_episodes=args.warm_start_episodes,
-            bc_epochs=args.bc_epochs,
-        )
+        check_env_id(args.env_id)
+        cfg = train_config_from_args(args)
     except ValueError as exc:
         print(f"edo train: error: {exc}", file=sys.stderr)
+        return 2
+    in_the_way = existing_outputs(cfg.model_path)
+    if in_the_way and not args.overwrite:
+        print(
+            f"edo train: error: {' and '.join(map(str, in_the_way))} {'exist' if len(in_the_way) > 1 else 'exists'} already "
+            "(a run of the same algo, env and seed in this --output-dir); pass --overwrite to replace it, or choose "
+            "another --output-dir or --seed",
+            file=sys.stderr,
+        )
         return 2
     arch = ",".join(map(str, cfg.net_arch)) or "linear"
     print(
@@ -261,6 +343,43 @@ def cmd_record_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def evaluate_env_settings(args: argparse.Namespace) -> tuple[str, str | None, dict[str, Any], Path | None]:
+    """``edo evaluate``'s env id, algo and env kwargs: those ``edo train`` saved beside the model (``<model>.json``)
+    when that file is there, else the flags' (env default EDO-v0). A flag given with another value than the saved one
+    is a ``ValueError`` naming the flag, the saved value and the given one (nothing is evaluated then).
+
+    :return: env id, algo (``None``: read from the zip), env kwargs (without a backend), and the settings file read
+        (``None`` when there is none)
+    """
+    from baselines.training import saved_config
+
+    saved = saved_config(args.path)
+    if saved is None:
+        return args.env or "EDO-v0", args.algo, observation_kwargs(args), None
+    summary = Path(args.path).with_suffix(".json")
+    # a backend is an object, saved only as its text: evaluate's own backend flags choose it
+    env_kwargs = {k: v for k, v in dict(saved.get("env_kwargs") or {}).items() if k != "backend"}
+    retrieval = env_kwargs.get("retrieval")
+    encoder = retrieval.get("encoder", "transformer") if isinstance(retrieval, dict) else "transformer"
+    checks = [  # (flag as given, given value, setting's name, saved value)
+        ("--env", args.env, "env_id", saved["env_id"]),
+        ("--algo", args.algo, "algo", saved.get("algo")),
+        ("--retrieval-encoder", args.retrieval_encoder, "retrieval.encoder", encoder),
+        ("--text-features" if args.text_features else "--no-text-features", args.text_features, "text_features",
+         bool(env_kwargs.get("text_features", False))),
+        ("--plan-check" if args.plan_check else "--no-plan-check", args.plan_check, "plan_check",
+         bool(env_kwargs.get("plan_check", False))),
+    ]  # fmt: skip
+    for flag, given, name, value in checks:
+        if given is not None and value is not None and given != value:
+            shown = f" {given}" if not isinstance(given, bool) else ""
+            raise ValueError(
+                f"{flag}{shown} disagrees with the settings the model was trained with ({summary}): saved {name}={value!r}, "
+                f"given {name}={given!r}; leave the flag out to use the saved setting"
+            )
+    return saved["env_id"], args.algo or saved.get("algo"), env_kwargs, summary
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import torch
 
@@ -273,13 +392,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     with contextlib.ExitStack() as stack:
         try:
-            check_env_id(args.env)
-            algo = args.algo or infer_algo(args.path)
+            # the settings first: a disagreeing flag fails before a server starts or an episode runs
+            env_id, algo, env_kwargs, summary = evaluate_env_settings(args)
+            check_env_id(env_id)
+            algo = algo or infer_algo(args.path)
+            if summary is not None:
+                shown = ", ".join(f"{k}={v!r}" for k, v in env_kwargs.items()) or "no env kwargs"
+                print(f"Env settings from {summary}: {env_id}, {shown}", flush=True)
             backend = llm_backend_from_args(args, stack)
-            env_kwargs = observation_kwargs(args) if backend is None else {"backend": backend, **observation_kwargs(args)}
+            if backend is not None:
+                env_kwargs = {"backend": backend, **env_kwargs}
             results = evaluate_saved(
                 args.path,
-                args.env,
+                env_id,
                 args.episodes,
                 seed=args.seed,
                 algo=algo,
@@ -292,7 +417,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             return 2
         where = "simulated backend" if backend is None else f"{args.backend} backend"
         print(
-            f"\n{algo} model {args.path} on {args.env}, {results[-1].episodes} held-out tasks (test split), "
+            f"\n{algo} model {args.path} on {env_id}, {results[-1].episodes} held-out tasks (test split), "
             f"seed {args.seed}, {where}:\n"
         )
         print(format_table(results))
@@ -318,104 +443,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_prepare_command(sub)
 
-    from baselines.training import ALGOS, VEC_ENV_KINDS, TrainConfig
+    from baselines.training import ALGOS
+    from baselines.training.config import GROUP_ENV, GROUP_RUN
 
-    d = TrainConfig()  # the defaults (the tuned `make train` run)
     tr = sub.add_parser(
         "train",
         help="train GRPO / PPO / MaskablePPO on an EDO env, save it, evaluate it next to the heuristics",
-        description="Train on the env's train split, save OUTPUT_DIR/<algo>_<env>_<seed>.zip, then evaluate the model "
-        "and the heuristic policies on the first EVAL_EPISODES held-out (test split) tasks.",
+        description="Train on the env's train split, save OUTPUT_DIR/<algo>_<env>_<seed>.zip (and its .json summary, "
+        "which edo evaluate reads the env settings from), then evaluate the model and the heuristic policies on the "
+        "first EVAL_EPISODES held-out (test split) tasks. Every setting is a field of baselines.training.TrainConfig: "
+        "each field has its flag here, named after it, with the field's default.",
     )
-    dft = " (default: %(default)s)"
-    tr.add_argument("--algo", choices=ALGOS, default=d.algo, help="algorithm; ppo = stock PPO without action masks" + dft)
-    tr.add_argument("--env", default=d.env_id, help="registered env id" + dft)
-    tr.add_argument("--timesteps", type=_count, default=d.total_timesteps, help="env steps to train on" + dft)
-    tr.add_argument("--seed", type=_non_negative_int, default=d.seed, help="training seed" + dft)
-    tr.add_argument("--n-envs", type=_count, default=d.n_envs, help="parallel training envs (DummyVecEnv)" + dft)
-    tr.add_argument(
-        "--net-arch",
-        type=_net_arch,
-        default=d.net_arch,
-        help=f"hidden layer sizes, comma-separated, e.g. 64,64 (default: {','.join(map(str, d.net_arch))})",
-    )
-    tr.add_argument("--learning-rate", "--lr", type=_positive_float, default=d.learning_rate, help="Adam step size" + dft)
-    tr.add_argument("--ent-coef", type=_non_negative_float, default=d.ent_coef, help="entropy bonus coefficient" + dft)
-    tr.add_argument(
-        "--batch-size", type=_batch_size, default=d.batch_size, help="minibatch size in steps; 'all': GRPO only" + dft
-    )
-    tr.add_argument("--n-epochs", type=_count, default=d.n_epochs, help="passes over each rollout" + dft)
-    tr.add_argument("--group-size", type=_count, default=d.group_size, help="GRPO: episodes per group, >= 2" + dft)
-    tr.add_argument("--groups-per-rollout", type=_count, default=d.groups_per_rollout, help="GRPO: groups per update" + dft)
-    norm = tr.add_mutually_exclusive_group()
-    norm.add_argument(
-        "--no-std-normalization",
-        dest="normalize_std",
-        action="store_false",
-        help="GRPO: only centre each group's returns (Dr. GRPO)" + (" (the default)" if not d.normalize_std else ""),
-    )
-    norm.add_argument(
-        "--std-normalization",
-        dest="normalize_std",
-        action="store_true",
-        help="GRPO: also divide by the group's return std (standard GRPO)" + (" (the default)" if d.normalize_std else ""),
-    )
-    tr.set_defaults(normalize_std=d.normalize_std)
-    from baselines.grpo.advantages import SCALE_REWARDS
-    from baselines.grpo.buffers import LOSS_TYPES
-
-    tr.add_argument("--scale-rewards", choices=SCALE_REWARDS, default=d.scale_rewards,
-                    help="GRPO/GiGPO advantage scaling (TRL's scale_rewards): group std, batch std or none (Dr. GRPO); "
-                    "overrides the --std-normalization flags (default: from them)")  # fmt: skip
-    tr.add_argument(
-        "--loss-type", choices=LOSS_TYPES, default=d.loss_type, help="GRPO/GiGPO loss aggregation (TRL's loss_type)" + dft
-    )
-    tr.add_argument("--step-advantage-weight", type=_non_negative_float, default=d.step_advantage_weight,
-                    help="GiGPO: weight of the step-level (anchor-state) advantage" + dft)  # fmt: skip
-    tr.add_argument("--filter-on", choices=("return", "success"), default=d.filter_on,
-                    help="GRPO/GiGPO tie filter: groups whose returns tie, or (success) whose members all succeeded or "
-                    "all failed, DAPO's criterion" + dft)  # fmt: skip
-    tr.add_argument("--dynamic-sampling", action="store_true",
-                    help="GRPO/GiGPO: draw more groups until groups_per_rollout are informative (DAPO), up to 4x")  # fmt: skip
-    from baselines.extractors import FEATURES_EXTRACTORS
-
-    tr.add_argument("--features-extractor", choices=("flat", *FEATURES_EXTRACTORS), default=d.features_extractor or "flat",
-                    help="flat: every observation key flattened (SB3's default); table: shared encoders over the rows "
-                    "of the subtask and worker tables" + dft)  # fmt: skip
-    tr.add_argument("--hop-curriculum", type=_hop_curriculum, default=None, metavar="UNTIL:MAX_HOPS[,...]",
-                    help="train on short tasks first: e.g. 0.2:2,0.5:3 = tasks of at most 2 hops for the first 20%% of "
-                    "the steps, at most 3 up to 50%%, then all (default: every task from the start)")  # fmt: skip
-    tr.add_argument("--warm-start", default=d.warm_start,
-                    help="pre-train by behaviour cloning before the RL run: a hand-written policy or probe (its episodes "
-                    "are recorded once as a Minari dataset; a warm start from a probe adds its row to the table), a local "
-                    "Minari dataset id (edo record-dataset), or none"
-                    + dft)  # fmt: skip
-    tr.add_argument("--warm-start-episodes", type=_count, default=d.warm_start_episodes,
-                    help="episodes recorded for a hand-written --warm-start" + dft)  # fmt: skip
-    tr.add_argument("--bc-epochs", type=_count, default=d.bc_epochs, help="behaviour-cloning passes over the dataset" + dft)
-    tr.add_argument("--n-steps", type=_count, default=d.n_steps, help="PPO/MaskablePPO: steps per env per rollout" + dft)
-    tr.add_argument("--output-dir", default=d.output_dir, help="where <algo>_<env>_<seed>.zip and .json go" + dft)
-    tr.add_argument("--tensorboard-dir", default=d.tensorboard_log, help="TensorBoard log dir (default: no logging)")
-    tr.add_argument("--eval-episodes", type=_non_negative_int, default=d.eval_episodes, help="held-out tasks, 0: skip" + dft)
-    tr.add_argument("--eval-seed", type=_non_negative_int, default=d.eval_seed, help="evaluation seed" + dft)
-    tr.add_argument("--vec-env", choices=VEC_ENV_KINDS, default=d.vec_env,
-                    help="training VecEnv: dummy (one process), subproc (one process per env), shards (a shard of the "
-                         "envs in this process and one in each of --vec-workers processes; the same training as dummy)"
-                         + dft)  # fmt: skip
-    tr.add_argument("--vec-workers", type=_count, default=None,
-                    help="--vec-env shards: worker processes besides this one (default: the CPU count less one, at least 1)")  # fmt: skip
-    tr.add_argument("--torch-threads", type=_count, default=d.torch_threads,
-                    help="torch intra-op threads of the training process (torch does not promise bit-identical results "
-                         "across thread counts)" + dft)  # fmt: skip
-    tr.add_argument("--update-threads", type=_count, default=d.update_threads,
-                    help="torch intra-op threads during each update, restored for the rollout (default: "
-                         "--torch-threads throughout; make train uses 2; results differ by float rounding)")  # fmt: skip
-    tr.add_argument("--no-progress", action="store_true", help="no progress bars")
-    tr.add_argument("--no-gc-freeze", action="store_true",
-                    help="do not gc.freeze() at each rollout start (the same results; for timing comparisons)")  # fmt: skip
-    tr.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d.verbose, help="SB3 log verbosity" + dft)
-    add_retrieval_arg(tr)
-    add_text_features_arg(tr)
+    groups = add_train_config_args(tr)
+    add_retrieval_arg(groups[GROUP_ENV])
+    add_text_features_arg(groups[GROUP_ENV])
+    groups[GROUP_RUN].add_argument("--overwrite", action="store_true",
+                                   help="replace the model and .json of an earlier run at the same path (without it, "
+                                   "edo train stops at once when they exist)")  # fmt: skip
     tr.set_defaults(func=cmd_train)
 
     rd = sub.add_parser(
@@ -438,16 +482,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_text_features_arg(rd)
     rd.set_defaults(func=cmd_record_dataset)
 
-    ev = sub.add_parser("evaluate", help="evaluate a saved model next to the heuristics on held-out tasks")
+    ev = sub.add_parser(
+        "evaluate",
+        help="evaluate a saved model next to the heuristics on held-out tasks",
+        description="Evaluate a model saved by edo train, and the hand-written policies, on the first EPISODES held-out "
+        "(test split) tasks of the env it was trained on: the env id and env settings come from the .json beside the "
+        "model; a model without one takes them from the flags.",
+    )
     ev.add_argument("path", help="a model saved by `edo train` (.zip)")
-    ev.add_argument("--algo", choices=ALGOS, default=None, help="algorithm of the model (default: read from the zip)")
-    ev.add_argument("--env", default="EDO-v0", help="registered env id (default: EDO-v0)")
     ev.add_argument("--episodes", type=_count, default=200, help="held-out tasks to evaluate (default: 200)")
     ev.add_argument("--seed", type=_non_negative_int, default=0)
     ev.add_argument("--no-heuristics", action="store_true", help="evaluate only the model")
     add_backend_args(ev)
-    add_retrieval_arg(ev)
-    add_text_features_arg(ev)
+    settings = ev.add_argument_group(
+        "settings the model was trained with (default: those in the .json edo train saved beside it; a flag that "
+        "disagrees with them is an error)"
+    )
+    settings.add_argument("--algo", choices=ALGOS, default=None,
+                          help="algorithm of the model (default: the saved one, else read from the zip)")  # fmt: skip
+    settings.add_argument("--env", default=None,
+                          help="registered env id (default: the saved one; without a saved .json, EDO-v0)")  # fmt: skip
+    add_retrieval_arg(settings, default=None)
+    add_text_features_arg(settings)
     ev.set_defaults(func=cmd_evaluate)
 
     from edo_gym.llm.server import add_serve_llm_parser  # stdlib only; xllamacpp is imported when serving

@@ -185,15 +185,17 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def retrieval_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """Env kwargs for ``--retrieval-encoder`` (none for the default, so the env's own defaults apply)."""
-    encoder = getattr(args, "retrieval_encoder", "transformer")
-    return {} if encoder == "transformer" else {"retrieval": {"encoder": encoder}}
+    """Env kwargs for ``--retrieval-encoder`` (none for the default or when not given, so the env's own defaults apply)."""
+    encoder = getattr(args, "retrieval_encoder", None)
+    return {} if encoder in (None, "transformer") else {"retrieval": {"encoder": encoder}}
 
 
-def add_retrieval_arg(p: argparse.ArgumentParser) -> None:
+def add_retrieval_arg(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: str | None = "transformer") -> None:
+    """Add ``--retrieval-encoder`` (``default=None``: not given unless on the command line, for a command that reads
+    the setting from elsewhere when the flag is left out)."""
     from edo_gym.config import RETRIEVAL_ENCODERS
 
-    p.add_argument("--retrieval-encoder", choices=RETRIEVAL_ENCODERS, default="transformer",
+    p.add_argument("--retrieval-encoder", choices=RETRIEVAL_ENCODERS, default=default,
                    help="retrieval.encoder: the sentence-transformers model (default, exact) or 'static', a model2vec "
                    "embedder distilled from it once and cached (faster, not exact: other retrieval results and task "
                    "embedding; a model must be evaluated with the encoder it was trained with)")  # fmt: skip

@@ -50,13 +50,13 @@ from baselines.training.run import (  # noqa: E402
     infer_algo,
     load_model,
     make_algo,
+    saved_config,
     train,
 )
 from baselines.training.timing import (  # noqa: E402
     TimeBreakdown,
     _retrieval_counters,
     format_time_breakdown,
-    threads_in_update,
     timed_learning,
 )
 from baselines.training.vec_env import FreshInfoDummyVecEnv, check_env_id, make_train_env  # noqa: E402
@@ -87,7 +87,7 @@ __all__ = [
     "load_model",
     "make_algo",
     "make_train_env",
-    "threads_in_update",
     "timed_learning",
+    "saved_config",
     "train",
 ]

@@ -1,12 +1,21 @@
-"""``TrainConfig``: every setting of a training run, validated at construction."""
+"""``TrainConfig``: every setting of a training run, validated at construction.
+
+Each field is declared with :func:`setting`, whose ``metadata`` is what ``edo train``'s flag for it is generated from
+(:mod:`baselines.cli`): its help text, its ``--help`` group, its choices and, where the annotation does not say enough,
+how its value is written on the command line. A new field is a new flag, with nothing to copy by hand.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from baselines.extractors import FEATURES_EXTRACTORS
 
 #: Algorithms ``train`` knows, by name.
 ALGOS: tuple[str, ...] = ("grpo", "gigpo", "ppo", "maskable_ppo")
@@ -19,6 +28,74 @@ LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dapo", "dr_grpo")
 #: GRPO's ``filter_on`` values (``baselines.grpo.advantages.FILTER_ON``).
 FILTER_ON: tuple[str, ...] = ("return", "success")
 SCALE_REWARDS: tuple[str | None, ...] = (None, "group", "batch", "none")
+#: ``features_extractor`` values: ``None`` (SB3's flattening) or a name of ``baselines.extractors.FEATURES_EXTRACTORS``.
+FEATURES_EXTRACTOR_CHOICES: tuple[str | None, ...] = (None, *FEATURES_EXTRACTORS)
+
+#: ``edo train --help``'s groups, in this order: a setting that one algorithm family alone reads is in that family's.
+GROUP_ENV = "env"
+GROUP_TRAINING = "training (every algorithm)"
+GROUP_GRPO = "GRPO and GiGPO (group-relative, no critic)"
+GROUP_GIGPO = "GiGPO only"
+GROUP_PPO = "PPO and MaskablePPO"
+GROUP_WARM_START = "warm start (behaviour cloning before the RL run; every algorithm)"
+GROUP_EVAL = "held-out evaluation after training"
+GROUP_RUN = "output and speed"
+SETTING_GROUPS: tuple[str, ...] = (
+    GROUP_ENV,
+    GROUP_TRAINING,
+    GROUP_GRPO,
+    GROUP_GIGPO,
+    GROUP_PPO,
+    GROUP_WARM_START,
+    GROUP_EVAL,
+    GROUP_RUN,
+)
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    help: str,
+    group: str = GROUP_TRAINING,
+    factory: Callable[[], Any] | None = None,
+    choices: Sequence[Any] | None = None,
+    none: Sequence[str] = ("none",),
+    parse: Callable[[str], Any] | None = None,
+    metavar: str | None = None,
+) -> Any:
+    """A ``TrainConfig`` field (``dataclasses.field``) with what its ``edo train`` flag is generated from in ``metadata``.
+
+    :param help: what the setting does, with its units (the flag's help text)
+    :param group: its ``edo train --help`` group (one of :data:`SETTING_GROUPS`)
+    :param factory: a ``default_factory`` for a mutable default, instead of ``default``
+    :param choices: the allowed values (``None`` among them where the field may be ``None``)
+    :param none: the words that stand for ``None`` on the command line, for a field that may be ``None``
+    :param parse: how the flag's text becomes the value (raising ``ValueError``), where the annotation does not say
+    :param metavar: the value's name in ``--help``
+    """
+    if group not in SETTING_GROUPS:
+        raise ValueError(f"setting group {group!r} is not one of {list(SETTING_GROUPS)}")
+    metadata = {"help": help, "group": group, "choices": None if choices is None else tuple(choices), "none": tuple(none),
+                "parse": parse, "metavar": metavar}  # fmt: skip
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _parse_hop_curriculum(text: str) -> list[list[float | int]]:
+    from baselines.curriculum import parse_curriculum
+
+    return [list(stage) for stage in parse_curriculum(text)]
+
+
+def _parse_env_kwargs(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"must be a JSON object like '{{\"plan_check\": true}}' ({exc.msg}), got {text!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a JSON object like '{{\"plan_check\": true}}', got {text!r}")
+    return value
 
 
 @dataclass
@@ -28,108 +105,135 @@ class TrainConfig:
     The defaults are the tuned ``make train`` run: GRPO (Dr. GRPO advantages, entropy bonus) on EDO-v0,
     300k env steps: 2-7 minutes on 2 CPU cores (750-2,300 steps/s measured, depending on load) plus a few seconds
     of held-out evaluation. With GRPO's standard std normalisation (``normalize_std=True``) training collapsed to
-    "submit at once" on EDO-v0 in our runs: in groups where no member succeeds, the return differences are
+    "submit at once" on EDO-v0: in groups where no member succeeds, the return differences are
     only the small cost differences, and dividing by their std turns them into unit-sized advantages that
     reward the cheapest (shortest) episode. Centring only (``normalize_std=False``) keeps them small.
+
+    Each field's ``metadata["help"]`` says what it does; ``edo train --help`` lists them all by group.
     """
 
-    #: ``"grpo"``, ``"ppo"`` (stock, no masks) or ``"maskable_ppo"`` (sb3-contrib).
-    algo: str = "grpo"
-    #: Registered env id (``edo_gym.registration.VARIANTS``) or any Gymnasium id.
-    env_id: str = "EDO-v0"
-    #: Env steps to train on (GRPO finishes the rollout that reaches it, so it overshoots by < one rollout).
-    total_timesteps: int = 300_000
-    seed: int = 0
-    #: Parallel envs of the training VecEnv.
-    n_envs: int = 16
-    #: Hidden layer sizes of the actor (and, for PPO, of the critic too).
-    net_arch: list[int] = field(default_factory=lambda: [128, 128])
-    #: Adam step size of the RL run: 1e-4 fine-tunes the warm-started policy without undoing it (5e-4 left GRPO below
-    #: the cloned policy; benchmarks/study_levers.py).
-    learning_rate: float = 1e-4
-    ent_coef: float = 0.01
-    #: Minibatch size in steps; ``None`` (GRPO only) = the whole rollout as one minibatch.
-    batch_size: int | None = 512
-    n_epochs: int = 4
-    clip_range: float = 0.2
-    max_grad_norm: float = 0.5
-    target_kl: float | None = None
-    # -- GRPO -----------------------------------------------------------------------------------------------------
-    group_size: int = 8
-    groups_per_rollout: int = 16
-    #: ``None`` = ``"task_id"`` when the env exposes ``num_tasks`` (all EDO envs), else ``"seed"``.
-    group_mode: str | None = None
-    clip_range_high: float | None = None
-    #: Divide group-centred returns by the group std (GRPO); False = Dr. GRPO (centring only), see the class doc.
-    #: Used when ``scale_rewards`` is None (the CLI's ``--std-normalization`` flags set it).
-    normalize_std: bool = False
-    #: GRPO's ``scale_rewards`` (``"group"``, ``"batch"``, ``"none"``); None = from ``normalize_std``.
-    scale_rewards: str | None = None
-    #: GRPO's ``loss_type`` (``"grpo"``, ``"bnpo"``, ``"dapo"``, ``"dr_grpo"``), see ``baselines.grpo.buffers``.
-    loss_type: str = "bnpo"
-    supervision: str = "outcome"
-    kl_coef: float = 0.0
-    #: GiGPO: weight of the step-level (anchor-state) advantage.
-    step_advantage_weight: float = 1.0
-    #: GRPO/GiGPO tie filter: ``"return"`` (returns tie) or ``"success"`` (all members succeeded or all failed, DAPO's
-    #: criterion; needs ``info["is_success"]``, which every EDO env reports).
-    filter_on: str = "return"
-    #: GRPO/GiGPO: DAPO dynamic sampling (draw more groups until ``groups_per_rollout`` are informative, up to 4x).
-    dynamic_sampling: bool = False
-    #: The policy's features extractor: ``None`` (SB3's default for Dict observations: every key flattened) or
-    #: ``"table"`` (:class:`baselines.extractors.EDOTableExtractor`: shared encoders over the rows of the tables).
-    features_extractor: str | None = None
-    #: A hop-count curriculum (:mod:`baselines.curriculum`): ``[[until, max_hops], ...]``, e.g. ``[[0.2, 2], [0.5, 3]]``
-    #: = tasks of at most 2 hops for the first 20% of the env steps, at most 3 up to 50%, then every task. ``None``: no
-    #: curriculum (every task from the start).
-    hop_curriculum: list[list[float | int]] | None = None
-    # -- warm start (baselines.experience) ------------------------------------------------------------------------
-    #: Pre-train the policy by behaviour cloning before the RL run: a hand-written policy's name (``HEURISTICS``; its
-    #: ``warm_start_episodes`` episodes on the training split are recorded as a Minari dataset, reused while it
-    #: matches) or a local Minari dataset id (``namespace/name-vN``, from ``edo record-dataset``). ``None``: no warm start.
-    warm_start: str | None = "rule_based"
-    warm_start_episodes: int = 2000
-    #: Behaviour-cloning passes over the dataset, minibatch size and Adam step size.
-    bc_epochs: int = 20
-    bc_batch_size: int = 256
-    bc_learning_rate: float = 1e-3
-    # -- PPO / MaskablePPO ----------------------------------------------------------------------------------------
-    #: Steps per env per rollout (PPO rollout = ``n_steps * n_envs`` steps).
-    n_steps: int = 256
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    vf_coef: float = 0.5
-    # -- run ------------------------------------------------------------------------------------------------------
-    output_dir: str = "runs"
-    #: TensorBoard log dir; ``None`` = no TensorBoard logging.
-    tensorboard_log: str | None = None
-    #: Held-out (test split) tasks to evaluate on after training; 0 = skip the evaluation.
-    eval_episodes: int = 200
-    eval_seed: int = 0
-    #: Also evaluate the four heuristic policies on the same tasks (the comparison table).
-    eval_heuristics: bool = True
-    progress_bar: bool = True
-    #: ``gc.freeze()`` at the start of training and of each rollout (:class:`~baselines.grpo.callbacks.FreezeGCCallback`):
-    #: the garbage collector's full collections then skip what earlier rollouts left (the world, torch, the embedding
-    #: model and the envs' growing memo tables). Results are the same either way.
-    gc_freeze: bool = True
-    verbose: int = 0
-    #: ``"dummy"`` (one process: envs share the embedding model), ``"subproc"`` (one process per env, ~5 s each) or
-    #: ``"shards"`` (:class:`~baselines.sharded_vec_env.ShardedVecEnv`: a shard of the envs in this process and one in
-    #: each of ``vec_workers`` worker processes; the same transitions as ``"dummy"``, so the same training).
-    vec_env: str = "dummy"
-    #: ``vec_env="shards"``: worker processes besides this one (``None``: the CPU count less one, at least 1).
-    vec_workers: int | None = None
-    #: torch intra-op threads (``None`` leaves torch's default).
-    torch_threads: int | None = 1
-    #: torch intra-op threads during each update (the algorithm's ``train()``), set when it starts and restored when
-    #: it ends, so the rollout keeps ``torch_threads`` (``None``: ``torch_threads`` throughout). ``make train`` uses 2:
-    #: the update's matrix products then run on both cores of a 2-core machine. Results differ from one thread's by
-    #: float rounding (torch does not promise the same bits across thread counts); with the same value, runs repeat.
-    update_threads: int | None = None
-    device: str = "cpu"
-    #: Extra keyword arguments for ``gym.make`` of the training env (and of the evaluation env).
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    algo: str = setting("grpo", choices=ALGOS,
+                        help="algorithm: grpo, gigpo (GRPO with step-level advantages), ppo (stock, no action masks) or "
+                        "maskable_ppo (sb3-contrib)")  # fmt: skip
+    env_id: str = setting("EDO-v0", group=GROUP_ENV,
+                          help="registered env id (edo_gym.registration.VARIANTS) or any Gymnasium id")  # fmt: skip
+    total_timesteps: int = setting(300_000,
+                                   help="env steps to train on (GRPO and GiGPO finish the rollout that reaches it, so "
+                                   "they overshoot by less than one rollout)")  # fmt: skip
+    seed: int = setting(0, help="training seed (also in the saved model's file name)")
+    n_envs: int = setting(16, help="parallel envs of the training VecEnv")
+    net_arch: list[int] = setting(factory=lambda: [128, 128], metavar="SIZES",
+                                  help="hidden layer sizes of the actor (and, for PPO, of the critic too), comma-separated, "
+                                  "e.g. 64,64; none: a linear policy")  # fmt: skip
+    learning_rate: float = setting(1e-4,
+                                   help="Adam step size of the RL run: 1e-4 fine-tunes the warm-started policy without "
+                                   "undoing it (5e-4 left GRPO below the cloned policy; benchmarks/study_levers.py)")  # fmt: skip
+    ent_coef: float = setting(0.01, help="entropy bonus coefficient")
+    batch_size: int | None = setting(512, none=("none", "all"),
+                                     help="minibatch size in steps; all (GRPO and GiGPO only): the whole rollout as one "
+                                     "minibatch")  # fmt: skip
+    n_epochs: int = setting(4, help="passes over each rollout")
+    clip_range: float = setting(0.2, help="PPO-style ratio clipping: the policy ratio is clipped to [1 - clip, 1 + clip]")
+    max_grad_norm: float = setting(0.5, help="gradient clipping: the largest global gradient norm of an update")
+    target_kl: float | None = setting(None,
+                                      help="stop an update's epochs early once the approximate KL to the rollout policy "
+                                      "exceeds it; none: never")  # fmt: skip
+    # -- GRPO / GiGPO -------------------------------------------------------------------------------------------------
+    group_size: int = setting(8, group=GROUP_GRPO, help="episodes per group (>= 2), all of one task or reset seed")
+    groups_per_rollout: int = setting(16, group=GROUP_GRPO, help="groups per rollout (and per update)")
+    group_mode: str | None = setting(None, group=GROUP_GRPO, choices=GROUP_MODES, none=("auto", "none"),
+                                     help="what a group shares: task_id (the same task), seed (the same reset seed) or "
+                                     "auto: task_id when the env exposes num_tasks (every EDO env), else seed")  # fmt: skip
+    clip_range_high: float | None = setting(None, group=GROUP_GRPO,
+                                            help="upper clip of the policy ratio, 1 + clip_range_high (DAPO's "
+                                            "clip-higher); none: clip_range on both sides")  # fmt: skip
+    normalize_std: bool = setting(False, group=GROUP_GRPO,
+                                  help="divide group-centred returns by the group's return std (standard GRPO); off: "
+                                  "centring only (Dr. GRPO), see TrainConfig's doc; used when --scale-rewards is auto")  # fmt: skip
+    scale_rewards: str | None = setting(None, group=GROUP_GRPO, choices=SCALE_REWARDS, none=("auto",),
+                                        help="advantage scaling (TRL's scale_rewards): group (the group's std), batch "
+                                        "(the rollout's std) or none (Dr. GRPO); auto: from --normalize-std")  # fmt: skip
+    loss_type: str = setting("bnpo", group=GROUP_GRPO, choices=LOSS_TYPES,
+                             help="loss aggregation (TRL's loss_type), see baselines.grpo.buffers")  # fmt: skip
+    supervision: str = setting("outcome", group=GROUP_GRPO, choices=SUPERVISIONS,
+                               help="outcome (one advantage per episode, from its return) or process (per-step "
+                               "advantages from the step rewards; GRPO only)")  # fmt: skip
+    kl_coef: float = setting(0.0, group=GROUP_GRPO,
+                             help="weight of the KL penalty to the rollout policy in the loss; 0: none")  # fmt: skip
+    step_advantage_weight: float = setting(1.0, group=GROUP_GIGPO,
+                                           help="weight of the step-level (anchor-state) advantage")  # fmt: skip
+    filter_on: str = setting("return", group=GROUP_GRPO, choices=FILTER_ON,
+                             help="tie filter: groups whose returns tie, or (success) whose members all succeeded or all "
+                             "failed, DAPO's criterion (needs info['is_success'], which every EDO env reports)")  # fmt: skip
+    dynamic_sampling: bool = setting(False, group=GROUP_GRPO,
+                                     help="DAPO dynamic sampling: draw more groups until groups_per_rollout are "
+                                     "informative, up to 4x")  # fmt: skip
+    features_extractor: str | None = setting(None, choices=FEATURES_EXTRACTOR_CHOICES, none=("flat", "none"),
+                                             help="the policy's features extractor: flat (SB3's default for Dict "
+                                             "observations: every key flattened) or table (baselines.extractors."
+                                             "EDOTableExtractor: shared encoders over the rows of the subtask and "
+                                             "worker tables)")  # fmt: skip
+    hop_curriculum: list[list[float | int]] | None = setting(
+        None,
+        parse=_parse_hop_curriculum,
+        metavar="UNTIL:MAX_HOPS[,...]",
+        help="a hop-count curriculum (baselines.curriculum): e.g. 0.2:2,0.5:3 = tasks of at most 2 hops for the first "
+        "20% of the env steps, at most 3 up to 50%, then every task; none: every task from the start",
+    )
+    # -- warm start (baselines.experience) ----------------------------------------------------------------------------
+    warm_start: str | None = setting(
+        "rule_based",
+        group=GROUP_WARM_START,
+        help="pre-train the policy by behaviour cloning before the RL run: a hand-written policy or probe (its "
+        "warm_start_episodes episodes on the training split are recorded once as a Minari dataset, reused while they "
+        "match; a probe it cloned gets its row in the table) or a local Minari dataset id (namespace/name-vN, from "
+        "edo record-dataset); none: train from scratch",
+    )
+    warm_start_episodes: int = setting(2000, group=GROUP_WARM_START,
+                                       help="episodes recorded for a hand-written --warm-start")  # fmt: skip
+    bc_epochs: int = setting(20, group=GROUP_WARM_START, help="behaviour-cloning passes over the dataset")
+    bc_batch_size: int = setting(256, group=GROUP_WARM_START, help="behaviour-cloning minibatch size in steps")
+    bc_learning_rate: float = setting(1e-3, group=GROUP_WARM_START, help="behaviour-cloning Adam step size")
+    # -- PPO / MaskablePPO --------------------------------------------------------------------------------------------
+    n_steps: int = setting(256, group=GROUP_PPO, help="steps per env per rollout (a rollout is n_steps * n_envs steps)")
+    gamma: float = setting(0.99, group=GROUP_PPO, help="discount factor of the returns and GAE")
+    gae_lambda: float = setting(0.95, group=GROUP_PPO, help="GAE's lambda (bias-variance trade-off of the advantages)")
+    vf_coef: float = setting(0.5, group=GROUP_PPO, help="weight of the value (critic) loss")
+    # -- run ----------------------------------------------------------------------------------------------------------
+    output_dir: str = setting("runs", group=GROUP_RUN, help="where <algo>_<env>_<seed>.zip and its .json go")
+    tensorboard_log: str | None = setting(None, group=GROUP_RUN, help="TensorBoard log dir; none: no TensorBoard logging")
+    eval_episodes: int = setting(200, group=GROUP_EVAL,
+                                 help="held-out (test split) tasks to evaluate on after training; 0: skip the evaluation")  # fmt: skip
+    eval_seed: int = setting(0, group=GROUP_EVAL, help="evaluation seed")
+    eval_heuristics: bool = setting(True, group=GROUP_EVAL,
+                                    help="also evaluate the hand-written policies on the same tasks (the comparison "
+                                    "table)")  # fmt: skip
+    progress_bar: bool = setting(True, group=GROUP_RUN, help="progress bars")
+    gc_freeze: bool = setting(True, group=GROUP_RUN,
+                              help="gc.freeze() at the start of training and of each rollout (FreezeGCCallback): the "
+                              "garbage collector's full collections then skip what earlier rollouts left (the world, "
+                              "torch, the embedding model and the envs' memo tables); the same results either way")  # fmt: skip
+    verbose: int = setting(0, group=GROUP_RUN, choices=(0, 1, 2), help="SB3 log verbosity")
+    vec_env: str = setting("dummy", group=GROUP_RUN, choices=VEC_ENV_KINDS,
+                           help="training VecEnv: dummy (one process: the envs share the embedding model), subproc (one "
+                           "process per env, ~5 s each to start) or shards (ShardedVecEnv: a shard of the envs in this "
+                           "process and one in each of --vec-workers worker processes; the same transitions as dummy, so "
+                           "the same training)")  # fmt: skip
+    vec_workers: int | None = setting(None, group=GROUP_RUN,
+                                      help="--vec-env shards: worker processes besides this one; none: the CPU count "
+                                      "less one, at least 1")  # fmt: skip
+    torch_threads: int | None = setting(1, group=GROUP_RUN,
+                                        help="torch intra-op threads of the training process (torch does not promise "
+                                        "bit-identical results across thread counts); none: torch's default")  # fmt: skip
+    device: str = setting("cpu", group=GROUP_RUN, help="torch device of the policy (cpu, cuda, ...)")
+    env_kwargs: dict[str, Any] = setting(
+        group=GROUP_ENV,
+        factory=dict,
+        parse=_parse_env_kwargs,
+        metavar="JSON",
+        help="extra keyword arguments of gym.make for the training env and the evaluation env, a JSON object; "
+        "--text-features, --plan-check and --retrieval-encoder add theirs to it (a model is evaluated with the same)",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.net_arch, tuple):
@@ -243,15 +347,9 @@ class TrainConfig:
             self.torch_threads is None or (is_int(self.torch_threads) and self.torch_threads >= 1),
             f"torch_threads must be an int >= 1 or None, got {self.torch_threads!r}",
         )
-        need(
-            self.update_threads is None or (is_int(self.update_threads) and self.update_threads >= 1),
-            f"update_threads must be an int >= 1 or None, got {self.update_threads!r}",
-        )
         need(isinstance(self.env_kwargs, dict), f"env_kwargs must be a dict, got {type(self.env_kwargs).__name__}")
-        from baselines.extractors import FEATURES_EXTRACTORS
-
         need(
-            self.features_extractor is None or self.features_extractor in FEATURES_EXTRACTORS,
+            self.features_extractor in FEATURES_EXTRACTOR_CHOICES,
             f"features_extractor must be None or one of {list(FEATURES_EXTRACTORS)}, got {self.features_extractor!r}",
         )
         if self.hop_curriculum is not None:

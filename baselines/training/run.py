@@ -30,7 +30,7 @@ from baselines.evaluation import (
 from baselines.grpo.callbacks import FreezeGCCallback, RecordedStepsProgressBar
 from baselines.heuristics import HEURISTICS, make_heuristic
 from baselines.training.config import ALGOS, GROUP_ALGOS, TrainConfig
-from baselines.training.timing import threads_in_update, timed_learning
+from baselines.training.timing import timed_learning
 from baselines.training.vec_env import _ensure_registered, _is_edo_id, make_train_env
 
 
@@ -243,6 +243,7 @@ def evaluate_with_heuristics(
     _ensure_registered(env_id)
     env = make_eval_env(env_id, **(env_kwargs or {}))
     try:
+        check_model_env(model, env, name)  # a model made for other observations fails here, before any episode
         task_ids = heldout_task_ids(env, episodes)
         results = []
         if heuristics:
@@ -291,7 +292,7 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
             callbacks.append(FreezeGCCallback())
         callbacks += curriculum_callbacks(cfg)
         try:
-            with timed_learning(model, env) as times, threads_in_update(model, cfg.update_threads):
+            with timed_learning(model, env) as times:
                 model.learn(
                     total_timesteps=cfg.total_timesteps,
                     callback=CallbackList(callbacks) if callbacks else None,
@@ -335,6 +336,28 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
     )
     path.with_suffix(".json").write_text(json.dumps(result.as_dict(), indent=2, default=str))
     return model, result
+
+
+def saved_config(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The settings (``TrainConfig.as_dict()``) of the run that saved the model at ``path``, from the summary
+    :func:`train` writes beside it (``path`` with ``.json``); ``None`` when there is no such file.
+
+    :raises ValueError: when that file is there but is not such a summary (no ``config`` with an ``env_id``)
+    """
+    summary = Path(path).with_suffix(".json")
+    if not summary.is_file():
+        return None
+    try:
+        data = json.loads(summary.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{summary}, beside the model, cannot be read as JSON ({exc})") from exc
+    config = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(config, dict) or not isinstance(config.get("env_id"), str):
+        raise ValueError(
+            f"{summary}, beside the model, is not the summary edo train saves (no config with an env_id): move it away "
+            "to give the settings by flags"
+        )
+    return config
 
 
 def infer_algo(path: str | os.PathLike) -> str:

@@ -1,5 +1,4 @@
-"""Where the wall time of ``model.learn`` goes (:func:`timed_learning`), and torch threads for the update only
-(:func:`threads_in_update`)."""
+"""Where the wall time of ``model.learn`` goes (:func:`timed_learning`)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
-
-from edo_gym.retrieval.embedder import scoped_torch_threads
 
 
 @dataclass
@@ -214,28 +211,3 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
                     delattr(obj, name)
             else:  # an instance's own attribute is put back
                 setattr(obj, name, before)
-
-
-@contextlib.contextmanager
-def threads_in_update(model: BaseAlgorithm, threads: int | None) -> Iterator[None]:
-    """Run each of ``model``'s updates (``model.train()``) under ``threads`` torch intra-op threads, restoring the count
-    it found after each (``None``: change nothing). Wraps ``train`` on this instance only, until the block ends."""
-    if threads is None:
-        yield
-        return
-    before = vars(model).get("train", _ABSENT)
-    update = model.train
-
-    @functools.wraps(update)
-    def train_with_threads(*args: Any, **kwargs: Any) -> Any:
-        with scoped_torch_threads(threads):
-            return update(*args, **kwargs)
-
-    model.train = train_with_threads  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        if before is _ABSENT:
-            del model.train
-        else:
-            model.train = before  # type: ignore[method-assign]

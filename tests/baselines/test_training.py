@@ -81,9 +81,6 @@ def test_default_config_is_valid_grpo_on_edo():
         ({"eval_episodes": -1}, "eval_episodes"),
         ({"vec_env": "ray"}, "vec_env"),
         ({"torch_threads": 0}, "torch_threads"),
-        ({"update_threads": 0}, "update_threads"),
-        ({"update_threads": 1.5}, "update_threads"),
-        ({"update_threads": True}, "update_threads"),
         ({"env_kwargs": None}, "env_kwargs"),
         ({"output_dir": ""}, "output_dir"),
     ],
@@ -303,13 +300,10 @@ def test_cli_train_and_evaluate_tiny(tmp_path, capsys):
     ("argv", "message"),
     [
         (["train", "--algo", "dqn"], "invalid choice"),
-        (["train", "--timesteps", "0"], "must be a positive integer"),
         (["train", "--timesteps", "ten"], "must be an integer"),
-        (["train", "--n-envs", "-2"], "must be a positive integer"),
-        (["train", "--net-arch", "64,x"], "comma-separated positive integers"),
-        (["train", "--net-arch", "64,0"], "layer sizes must be positive"),
-        (["train", "--learning-rate", "-1"], "must be > 0"),
-        (["train", "--eval-episodes", "-1"], "non-negative"),
+        (["train", "--net-arch", "64,x"], "comma-separated integers"),
+        (["train", "--learning-rate", "fast"], "must be a number"),
+        (["train", "--scale-rewards", "std"], "invalid choice: 'std' (choose from auto, group, batch, none)"),
         (["evaluate"], "the following arguments are required: path"),
         (["evaluate", "m.zip", "--episodes", "0"], "must be a positive integer"),
         (["evaluate", "m.zip", "--algo", "a2c"], "invalid choice"),
@@ -322,33 +316,29 @@ def test_cli_argument_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_cli_train_defaults_follow_train_config():
-    args = build_parser().parse_args(["train"])
-    d = TrainConfig()
-    assert (args.algo, args.env, args.timesteps, args.n_envs, args.net_arch) == (
-        d.algo,
-        d.env_id,
-        d.total_timesteps,
-        d.n_envs,
-        d.net_arch,
-    )
-    assert (args.learning_rate, args.ent_coef, args.group_size, args.groups_per_rollout) == (
-        d.learning_rate,
-        d.ent_coef,
-        d.group_size,
-        d.groups_per_rollout,
-    )
-    assert args.normalize_std is d.normalize_std
-    assert build_parser().parse_args(["train", "--std-normalization"]).normalize_std is True
-    assert build_parser().parse_args(["train", "--no-std-normalization"]).normalize_std is False
-    assert (not args.no_gc_freeze) is d.gc_freeze and build_parser().parse_args(["train", "--no-gc-freeze"]).no_gc_freeze
-    assert build_parser().parse_args(["train", "--net-arch", "none", "--batch-size", "all"]).net_arch == []
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--timesteps", "0"], "total_timesteps must be an int >= 1"),
+        (["--n-envs", "-2"], "n_envs must be an int >= 1"),
+        (["--net-arch", "64,0"], "net_arch must be a list of positive ints"),
+        (["--learning-rate", "-1"], "learning_rate must be > 0"),
+        (["--eval-episodes", "-1"], "eval_episodes must be an int >= 0"),
+        (["--group-size", "1"], "group_size must be an int >= 2"),
+    ],
+)
+def test_cli_bad_settings_are_refused_by_train_config(argv, message, tmp_path, capsys):
+    """A value of the right type but out of range is TrainConfig's to refuse (the one place the ranges are checked):
+    exit status 2 and its message, before anything is trained or written."""
+    assert main(["train", *argv, "--output-dir", str(tmp_path), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_cli_std_normalization_flags_are_exclusive(capsys):
-    with pytest.raises(SystemExit):
-        main(["train", "--std-normalization", "--no-std-normalization"])
-    assert "not allowed with argument" in capsys.readouterr().err
+def test_cli_train_defaults_are_train_config_defaults():
+    from baselines.cli import train_config_from_args
+
+    assert train_config_from_args(build_parser().parse_args(["train"])) == TrainConfig()
 
 
 def test_cli_unknown_env_is_reported(tmp_path, capsys):
@@ -356,13 +346,6 @@ def test_cli_unknown_env_is_reported(tmp_path, capsys):
     assert "unknown env id 'EDO-Nope-v0'" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "m.zip"), "--env", "EDO-Nope-v0"]) == 2
     assert "unknown env id" in capsys.readouterr().err
-
-
-def test_cli_config_error_is_reported(tmp_path, capsys):
-    # group_size 1 passes argparse (a positive int) but not TrainConfig
-    rc = main(["train", "--group-size", "1", "--output-dir", str(tmp_path), "--no-progress"])
-    assert rc == 2
-    assert "group_size must be an int >= 2" in capsys.readouterr().err
 
 
 def test_cli_evaluate_missing_model(tmp_path, capsys):
@@ -450,41 +433,6 @@ def test_torch_threads_hold_after_the_envs_load_their_embedder(tmp_path, monkeyp
     finally:
         th.set_num_threads(1)
     assert seen and set(seen) == {2}
-
-
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
-def test_update_threads_apply_to_the_update_only(algo, tmp_path, monkeypatch):
-    """``TrainConfig.update_threads``: each update runs with that many torch threads, the rollouts with
-    ``torch_threads``; afterwards the count is ``torch_threads`` again and the model has no patched ``train`` left
-    (it is saved and loaded as without the option)."""
-    from stable_baselines3 import PPO
-
-    from baselines.grpo.grpo import GRPO
-
-    cls = {"grpo": GRPO, "ppo": PPO}[algo]
-    seen: dict[str, list[int]] = {"update": [], "rollout": []}
-    update, collect = cls.train, cls.collect_rollouts
-
-    def spied_update(self):
-        seen["update"].append(th.get_num_threads())
-        return update(self)
-
-    def spied_collect(self, *args, **kwargs):
-        seen["rollout"].append(th.get_num_threads())
-        return collect(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, "train", spied_update)
-    monkeypatch.setattr(cls, "collect_rollouts", spied_collect)
-    cfg = TrainConfig(algo=algo, env_id="EDO-v0", update_threads=2, output_dir=str(tmp_path), **{**TINY, "eval_episodes": 0})
-    try:
-        model, _ = train(cfg)
-        assert th.get_num_threads() == 1
-    finally:
-        th.set_num_threads(1)
-    assert seen["update"] and set(seen["update"]) == {2}
-    assert seen["rollout"] and set(seen["rollout"]) == {1}
-    assert "train" not in vars(model)
-    assert load_model(str(cfg.model_path), algo).num_timesteps == model.num_timesteps
 
 
 def test_gc_freeze_trains_the_same_parameters_and_unfreezes(tmp_path, monkeypatch):
