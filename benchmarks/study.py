@@ -383,7 +383,7 @@ class RunStore:
             return None
         if stored.get("spec") != json.loads(json.dumps(asdict(run.spec))):
             return None
-        if stored.get("context") != run_context():
+        if without_retired(stored.get("context")) != run_context():
             return None  # another env version or other training defaults: the same spec meant another run
         return stored["record"]
 
@@ -399,6 +399,19 @@ class RunStore:
 #: ``TrainConfig`` fields added after records were written, with the default that trains exactly as before they
 #: existed: at that default they stay out of :func:`run_context`, so that adding them leaves every record valid.
 NEUTRAL_DEFAULTS: dict[str, Any] = {"hop_curriculum": None}
+
+
+#: Settings ``TrainConfig`` no longer has, at the value at which they changed nothing: a stored context that holds
+#: them at that value is the context without them, so that removing them leaves every record valid.
+RETIRED_DEFAULTS: dict[str, Any] = {"update_threads": None, "vec_workers": None}
+
+
+def without_retired(context: Any) -> Any:
+    """A stored run context less the :data:`RETIRED_DEFAULTS` it holds at their neutral value."""
+    if not isinstance(context, dict) or not isinstance(context.get("train_defaults"), dict):
+        return context
+    defaults = {k: v for k, v in context["train_defaults"].items() if k not in RETIRED_DEFAULTS or v != RETIRED_DEFAULTS[k]}
+    return {**context, "train_defaults": defaults}
 
 
 def run_context() -> dict[str, Any]:

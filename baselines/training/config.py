@@ -215,13 +215,8 @@ class TrainConfig:
                               "torch, the embedding model and the envs' memo tables); the same results either way")  # fmt: skip
     verbose: int = setting(0, group=GROUP_RUN, choices=(0, 1, 2), help="SB3 log verbosity")
     vec_env: str = setting("dummy", group=GROUP_RUN, choices=VEC_ENV_KINDS,
-                           help="training VecEnv: dummy (one process: the envs share the embedding model), subproc (one "
-                           "process per env, ~5 s each to start) or shards (ShardedVecEnv: a shard of the envs in this "
-                           "process and one in each of --vec-workers worker processes; the same transitions as dummy, so "
-                           "the same training)")  # fmt: skip
-    vec_workers: int | None = setting(None, group=GROUP_RUN,
-                                      help="--vec-env shards: worker processes besides this one; none: the CPU count "
-                                      "less one, at least 1")  # fmt: skip
+                           help="training VecEnv: dummy (one process: the envs share the embedding model) or subproc "
+                           "(SB3's SubprocVecEnv: one process per env, ~5 s each to start)")  # fmt: skip
     torch_threads: int | None = setting(1, group=GROUP_RUN,
                                         help="torch intra-op threads of the training process (torch does not promise "
                                         "bit-identical results across thread counts); none: torch's default")  # fmt: skip
@@ -330,19 +325,6 @@ class TrainConfig:
         )
         need(is_int(self.eval_seed) and self.eval_seed >= 0, f"eval_seed must be an int >= 0, got {self.eval_seed!r}")
         need(self.vec_env in VEC_ENV_KINDS, f"vec_env must be one of {list(VEC_ENV_KINDS)}, got {self.vec_env!r}")
-        need(
-            self.vec_workers is None or (is_int(self.vec_workers) and 1 <= self.vec_workers < self.n_envs),
-            f"vec_workers must be None or an int between 1 and n_envs - 1 ({self.n_envs - 1}): this process steps a "
-            f"shard too, got {self.vec_workers!r}",
-        )
-        need(
-            self.vec_env != "shards" or self.n_envs >= 2,
-            f"vec_env='shards' needs n_envs >= 2 (a shard here and one in a worker), got n_envs={self.n_envs}",
-        )
-        need(
-            self.vec_workers is None or self.vec_env == "shards",
-            f"vec_workers is for vec_env='shards' only, got vec_workers={self.vec_workers!r} with vec_env={self.vec_env!r}",
-        )
         need(
             self.torch_threads is None or (is_int(self.torch_threads) and self.torch_threads >= 1),
             f"torch_threads must be an int >= 1 or None, got {self.torch_threads!r}",

@@ -201,6 +201,20 @@ def test_record_written_under_other_defaults_or_env_version_is_stale(tmp_path):
     assert rerun == ["a-grpo-s0", "b-ppo-s1"]
 
 
+def test_record_holding_a_retired_setting_at_its_neutral_value_stays_valid(tmp_path):
+    """A setting TrainConfig no longer has (``RETIRED_DEFAULTS``) in a stored context, at the value at which it changed
+    nothing, leaves the record valid; at another value the record was another run and is redone."""
+    run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor([]))
+    for key, value in (("a-grpo-s0", None), ("b-ppo-s1", 2)):
+        path = tmp_path / "records" / "toy" / f"{key}.json"
+        stored = json.loads(path.read_text())
+        stored["context"]["train_defaults"]["update_threads"] = value
+        path.write_text(json.dumps(stored))
+    rerun: list[str] = []
+    run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor(rerun))
+    assert rerun == ["b-ppo-s1"]
+
+
 def test_partial_suite_is_summarised_and_names_its_missing_runs(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_studies([(TOY, toy_config(tmp_path))], Execution(), executor=fake_executor([], stop_after=3))
