@@ -126,7 +126,9 @@ def test_makefile_installs_with_the_constraints():
         assert f"\n{target}: $(STAMP)" in makefile, target
     # the install prepares the user's embedding cache (edo prepare), again when the package's source changed, so that
     # a newcomer's first process starts on a prepared cache; every target that installs does it
-    assert "\n$(PREPARED): $(STAMP) $(shell find edo_gym -name '*.py')\n\t$(BIN)/edo prepare && touch $(PREPARED) ||" in makefile
+    assert (
+        "\n$(PREPARED): $(STAMP) $(shell find edo_gym -name '*.py')\n\t$(BIN)/edo prepare && touch $(PREPARED) ||" in makefile
+    )
     assert "\ninstall: $(STAMP) $(PREPARED)\n" in makefile
     for target in ("demo", "demo-llm", "train", "test", "test-all"):
         assert f"\n{target}: $(PREPARED)" in makefile, target
