@@ -408,7 +408,7 @@ class RetrievalConfig:
     #: that the first steps run at the warm rate; ``False`` builds them at the first search instead. Either way the
     #: same indexes and the same results (exact). ``False`` keeps chromadb out of a process that resets an env but
     #: never steps it, which matters only if that process then forks env workers (a process forked after chromadb
-    #: started searches exactly in numpy instead; see :mod:`edo_gym.retrieval.store`).
+    #: started searches exactly in numpy instead; see :mod:`edo_gym.retrieval.backends`).
     index_at_reset: bool = True
     #: Embed the canonical queries and the task texts a reference batch at a time, when a step first needs one
     #: of its texts, instead of all of them at start-up (the corpus is always embedded at start-up). Exact: each
@@ -422,7 +422,7 @@ class RetrievalConfig:
     runtime_cache: bool = True
     #: Keep search results in that run-time cache too, keyed by the query vector's digest and a digest of the shard's
     #: documents: a later process reads a result instead of querying the index again. Exact: a search is a pure
-    #: function of the query vector and the shard (candidates re-ranked exactly; see :mod:`edo_gym.retrieval.store`),
+    #: function of the query vector and the shard (candidates re-ranked exactly; see :mod:`edo_gym.retrieval.search`),
     #: and each stored result was found by a real index query in some process. Used only where ``runtime_cache`` is.
     search_cache: bool = True
     #: ``"transformer"`` (default): texts are embedded by the model itself. ``"static"``: by a model2vec static

@@ -26,7 +26,8 @@ import numpy as np
 from edo_gym.agents.backend import CallOutcome, RetryPolicy, call_backend, validate_response
 from edo_gym.agents.protocol import LLMBackend, LLMRequest, LLMResponse, parse_verdict
 from edo_gym.config import WorkerSpec
-from edo_gym.retrieval.store import RetrievalService, ShardRetriever
+from edo_gym.retrieval.search import ShardRetriever
+from edo_gym.retrieval.service import RetrievalService
 from edo_gym.world.language import OP_QUERIES
 from edo_gym.world.text import ABSTAIN_TEXT, normalize
 

@@ -93,7 +93,7 @@ from edo_gym.envs import observation as O
 from edo_gym.envs.render import render_trace
 from edo_gym.envs.viewer import draw_trace
 from edo_gym.retrieval import embedder as embedder_lib
-from edo_gym.retrieval.store import RetrievalService
+from edo_gym.retrieval.service import RetrievalService
 from edo_gym.world.generator import World
 from edo_gym.world.grading import StepTruth, entity_index, execute_plan, grade_final, is_correct
 from edo_gym.world.language import fill, parse_question, placeholders

@@ -220,7 +220,7 @@ class Embedder:
         one torch thread each. Where that reconstruction does not apply (a model that flattens inputs), each list
         goes through sentence-transformers' own ``encode``.
 
-        :param singles: embed each text as if alone (no padding): what :class:`~edo_gym.retrieval.store.QueryEncoder`
+        :param singles: embed each text as if alone (no padding): what :class:`~edo_gym.retrieval.caches.QueryEncoder`
             computes for a query at step time.
         :param progress: a description: show a progress bar (on stderr, after :data:`PROGRESS_DELAY_S` seconds;
             ``TQDM_DISABLE=1`` hides it).

@@ -8,7 +8,7 @@ whose tokens are counted). Their vector or count is a pure function of the model
 instead of running the model again. Each entry is the value the model computed in some process for exactly this
 text (no approximation, no other text's value): a query is still embedded by the configured model the first time
 any process meets it. Search results (``RetrievalConfig.search_cache``) are kept the same way, keyed by the shard's
-fingerprint, ``k`` and a digest of the query vector (see :mod:`edo_gym.retrieval.store`): each was found by a real
+fingerprint, ``k`` and a digest of the query vector (see :mod:`edo_gym.retrieval.search`): each was found by a real
 index query the first time any process searched that vector in that shard.
 
 Safety: SQLite's write-ahead log with ``INSERT OR IGNORE`` transactions, so several processes may read and write at
@@ -288,7 +288,7 @@ class RuntimeCache:
 
     def space_free_tokens(self) -> dict[str, int]:
         """Every stored token count whose text has no space (the pieces that
-        :meth:`~edo_gym.retrieval.store.RetrievalService.count_tokens` sums), buffered ones included; ``{}`` when the
+        :meth:`~edo_gym.retrieval.service.RetrievalService.count_tokens` sums), buffered ones included; ``{}`` when the
         cache is not usable or the read fails. A row that fails its check (not a non-negative int) is left out and
         counted in ``rejected``."""
         with self._lock:

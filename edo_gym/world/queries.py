@@ -9,7 +9,7 @@ abstention or a missing input as the subject, a drifted name the entity linker c
 mislabelled as a lookup (its instruction is the query), and an analytics task's compute step mislabelled as a
 lookup (its instruction with the revenue figures filled in is the query). :func:`reachable_queries` lists those
 families for one world and the task pools given, so that
-:meth:`~edo_gym.retrieval.store.RetrievalService.embed_reachable_queries` can embed them ahead of use in a few
+:meth:`~edo_gym.retrieval.service.RetrievalService.embed_reachable_queries` can embed them ahead of use in a few
 batched passes instead of one model call each at step time.
 
 The list is a superset of what random play meets most often, not a proof of reachability, and not complete. The

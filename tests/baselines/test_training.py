@@ -416,7 +416,7 @@ def test_torch_threads_hold_after_the_envs_load_their_embedder(tmp_path, monkeyp
     """``TrainConfig.torch_threads`` is the count the update runs with, also when the envs load the embedding model
     after it is set (a fresh retrieval service, as in a new process). Before, the load set it back to 1."""
     from baselines.grpo.grpo import GRPO
-    from edo_gym.retrieval.store import RetrievalService
+    from edo_gym.retrieval.service import RetrievalService
 
     monkeypatch.setattr(RetrievalService, "_registry", {})
     seen: list[int] = []

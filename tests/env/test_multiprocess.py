@@ -161,15 +161,15 @@ def _exact_top_k(vectors: np.ndarray, indices: list[int], query: np.ndarray, k: 
 def _search_in_forked_child(queue, queries) -> None:
     """Forked child: a new service for the default world (the model object is inherited, not reloaded)."""
     try:
-        import edo_gym.retrieval.store as store
+        import edo_gym.retrieval.service as service_mod
         from edo_gym.config import RetrievalConfig, WorldConfig, default_workers
         from edo_gym.envs.edo_env import _world
 
-        parent = next(iter(store.RetrievalService._registry.values()))
-        store.Embedder = lambda model="default", **kw: parent.embedders[0]
+        parent = next(iter(service_mod.RetrievalService._registry.values()))
+        service_mod.Embedder = lambda model="default", **kw: parent.embedders[0]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            service = store.RetrievalService.get(
+            service = service_mod.RetrievalService.get(
                 _world(WorldConfig()), RetrievalConfig(), [w.shard for w in default_workers()]
             )
         results = [[r.search(q, 3) for r in service.retrievers] for q in queries]
@@ -183,7 +183,7 @@ def _search_in_forked_child(queue, queries) -> None:
 def test_a_process_forked_after_chromadb_started_searches_exactly_instead_of_hanging():
     from edo_gym.config import RetrievalConfig, WorldConfig, default_workers
     from edo_gym.envs.edo_env import _world
-    from edo_gym.retrieval.store import RetrievalService
+    from edo_gym.retrieval.service import RetrievalService
 
     world = _world(WorldConfig())
     parent = RetrievalService.get(world, RetrievalConfig(), [w.shard for w in default_workers()])
@@ -222,7 +222,9 @@ def _index_build_misses(worker_names: set[str], relations: set[str] | None, buil
     """
     from edo_gym.config import RetrievalConfig, WorldConfig
     from edo_gym.envs.edo_env import _world
-    from edo_gym.retrieval.store import RetrievalService, ShardRetriever, _chroma_client, build_collection
+    from edo_gym.retrieval.backends import build_collection, chroma_client
+    from edo_gym.retrieval.search import ShardRetriever
+    from edo_gym.retrieval.service import RetrievalService
 
     world = _world(WorldConfig())
     workers = default_workers()
@@ -231,7 +233,7 @@ def _index_build_misses(worker_names: set[str], relations: set[str] | None, buil
     queries = [
         q for q, (_, rel) in zip(world.canonical_queries(), world.facts, strict=True) if relations is None or rel in relations
     ]
-    client = _chroma_client(None)
+    client = chroma_client(None)
     by_domain = world.documents_by_domain()
     misses = []
     for spec in (w for w in workers if w.name in worker_names):
@@ -239,10 +241,8 @@ def _index_build_misses(worker_names: set[str], relations: set[str] | None, buil
         exact = [_exact_top_k(service.doc_vectors, shard, encoder.encode(q), spec.top_k) for q in queries]
         for build in range(builds):
             name = f"test-build-{spec.name}-{build}-{os.getpid()}-{time.monotonic_ns()}"
-            retriever = ShardRetriever(
-                build_collection(client, name, service.doc_vectors, shard, False), encoder, spec.shard, 10
-            )
-            retriever.vectors = service.doc_vectors
+            collection = build_collection(client, name, service.doc_vectors, shard, False)
+            retriever = ShardRetriever(collection, encoder, spec.shard, 10, vectors=service.doc_vectors)
             misses += [
                 (build, spec.name, q) for q, e in zip(queries, exact, strict=True) if retriever.search(q, spec.top_k) != e
             ]
@@ -381,7 +381,7 @@ def test_three_fresh_processes_replay_20000_identical_steps():
 
 
 def test_exact_collection_is_an_exact_top_k():
-    from edo_gym.retrieval.store import ExactCollection
+    from edo_gym.retrieval.backends import ExactCollection
 
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((50, 8)).astype(np.float32)

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import edo_gym  # noqa: F401  (registers EDO-v0)
-import edo_gym.retrieval.store as store_mod
+import edo_gym.retrieval.service as service_mod
 from edo_gym.agents.planner import PlanError, parse_plan, plan_to_json
 from edo_gym.config import (
     DOMAINS,
@@ -50,7 +50,7 @@ from edo_gym.config import (
     default_workers,
 )
 from edo_gym.envs.edo_env import EDOEnv, _world
-from edo_gym.retrieval.store import RetrievalService
+from edo_gym.retrieval.service import RetrievalService
 
 try:
     from tests.reliability_helpers import EpisodeChecker, FailingRetriever, FaultyBackend, simulated_backend
@@ -78,7 +78,7 @@ def env_setup(tmp_path_factory):
     before = set(RetrievalService._registry)
     embedder = default.embedders[0]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(store_mod, "Embedder", lambda model="default", **kw: embedder)
+        mp.setattr(service_mod, "Embedder", lambda model="default", **kw: embedder)
         yield {"world": world, "cache_dir": str(cache_dir)}
     for key in set(RetrievalService._registry) - before:  # leave the process-wide registry as we found it
         RetrievalService._registry.pop(key, None)
@@ -587,7 +587,7 @@ def test_malformed_actions_raise_and_change_nothing(small_env, action):
 def test_lru_cache_is_bounded_and_agrees_with_a_reference(maxsize, ops):
     from collections import OrderedDict
 
-    from edo_gym.retrieval.store import LRUCache
+    from edo_gym.retrieval.caches import LRUCache
 
     cache, ref = LRUCache(maxsize), OrderedDict()
     for is_put, key, value in ops:

@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import edo_gym.retrieval.store as store_mod
+import edo_gym.retrieval.service as service_mod
 from edo_gym.agents.backend import CallOutcome, InvalidGenerationError, RetryPolicy, call_backend, validate_response
 from edo_gym.agents.planner import PLAN_INSTRUCTION, REPAIR_INSTRUCTION, PlanError, parse_plan
 from edo_gym.agents.protocol import LLMResponse
@@ -39,7 +39,8 @@ from edo_gym.config import EDOConfig, RetrievalConfig, TaskConfig, WorldConfig, 
 from edo_gym.envs import observation as obs_lib
 from edo_gym.envs.edo_env import PLANNER_SIZE, EDOEnv, _world
 from edo_gym.retrieval.cache import CacheWarning, EmbeddingCache, texts_hash
-from edo_gym.retrieval.store import RetrievalService, ShardRetriever
+from edo_gym.retrieval.search import ShardRetriever
+from edo_gym.retrieval.service import RetrievalService
 
 try:
     from tests.reliability_helpers import (
@@ -86,7 +87,7 @@ def default_service(world):
 def shared_embedder(monkeypatch, default_service):
     """New ``RetrievalService`` instances reuse the already loaded model (keeps these tests fast)."""
     embedder = default_service.embedders[0]
-    monkeypatch.setattr(store_mod, "Embedder", lambda model="default", **kw: embedder)
+    monkeypatch.setattr(service_mod, "Embedder", lambda model="default", **kw: embedder)
     return embedder
 
 
@@ -660,8 +661,7 @@ def _flaky_lazy_retriever(env) -> tuple[ShardRetriever, list[int]]:
             raise chromadb.errors.InternalError("could not create collection: database is locked")
         return real._collection()  # built once, kept by the real retriever too
 
-    lazy = ShardRetriever(None, real.encoder, real.domains, 16, factory=flaky_build, size=real.size)
-    lazy.vectors = real.vectors
+    lazy = ShardRetriever(None, real.encoder, real.domains, 16, factory=flaky_build, size=real.size, vectors=real.vectors)
     env.workers[0].retriever = lazy
     return lazy, builds
 
@@ -993,7 +993,7 @@ _KILLED_BUILD = textwrap.dedent(
     import os, sys, time
     os.environ["HF_HUB_OFFLINE"] = "1"
     import chromadb.api.models.Collection as C
-    import edo_gym.retrieval.store as store
+    import edo_gym.retrieval.service as service
     from edo_gym.config import RetrievalConfig, WorldConfig, default_workers
     from edo_gym.envs.edo_env import _world
     from edo_gym.retrieval.embedder import resolve_model
@@ -1007,20 +1007,20 @@ _KILLED_BUILD = textwrap.dedent(
         def encode(self, texts):
             raise AssertionError("the cache must be warm")
 
-    store.Embedder = StubEmbedder
-    make_client = store._chroma_client
+    service.Embedder = StubEmbedder
+    make_client = service.chroma_client
     def small_batches(chroma_dir):
         client = make_client(chroma_dir)
         client.get_max_batch_size = lambda: 50
         return client
-    store._chroma_client = small_batches
+    service.chroma_client = small_batches
     add = C.Collection.add
     def slow_add(self, *a, **k):
         add(self, *a, **k)
         print("ADDED", self.name, self.count(), flush=True)
         time.sleep(600)
     C.Collection.add = slow_add
-    store.RetrievalService(_world(WorldConfig()), RetrievalConfig(cache_dir=sys.argv[2], chroma_dir=sys.argv[1]),
+    service.RetrievalService(_world(WorldConfig()), RetrievalConfig(cache_dir=sys.argv[2], chroma_dir=sys.argv[1]),
                            [w.shard for w in default_workers()])
     """
 )

@@ -11,7 +11,7 @@ from baselines.heuristics import make_heuristic
 from edo_gym.agents.planner import fallback_plan, rule_plan
 from edo_gym.agents.protocol import LLMRequest, LLMResponse
 from edo_gym.config import default_workers, small_workers
-from edo_gym.retrieval.store import ShardRetriever
+from edo_gym.retrieval.search import ShardRetriever
 from edo_gym.world.language import parse_question
 
 
@@ -251,7 +251,7 @@ def test_identifier_match_finds_a_shipment_by_its_tracking_number():
 
 
 def test_identifier_index_reads_whole_codes_only():
-    from edo_gym.retrieval.store import identifier_index
+    from edo_gym.retrieval.search import identifier_index
 
     index = identifier_index(
         {3: "Order ORD-AB-12 shipped as TRK-CD-345.", 1: "Shipment TRK-CD-345: carrier X.", 2: "TRK-CD-3456"}

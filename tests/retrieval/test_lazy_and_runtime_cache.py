@@ -26,9 +26,10 @@ import pytest
 import edo_gym  # noqa: F401  (registers the ids)
 from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.cache import CacheWarning
-from edo_gym.retrieval.embedder import space_decomposable as store_decomposable
+from edo_gym.retrieval.caches import LazyVectors
+from edo_gym.retrieval.embedder import space_decomposable
 from edo_gym.retrieval.runtime_cache import RuntimeCache
-from edo_gym.retrieval.store import LazyVectors, RetrievalService
+from edo_gym.retrieval.service import RetrievalService
 from tests.env.test_speed_options import _assert_same, _model_threads, _trajectory
 
 
@@ -216,7 +217,7 @@ def test_runtime_cache_concurrent_writers_and_a_crash(tmp_path):
 
 
 def test_trajectories_equal_with_the_runtime_cache_off_cold_and_warm(tmp_path, small_world_kwargs, monkeypatch):
-    import edo_gym.retrieval.store as store
+    import edo_gym.retrieval.service as service_mod
 
     steps = 800
     runs = {}
@@ -225,7 +226,9 @@ def test_trajectories_equal_with_the_runtime_cache_off_cold_and_warm(tmp_path, s
     # "pieces": the default piece-wise count (pieces read from and stored in the cache in bulk, not by get_tokens)
     for name, runtime in (("off", False), ("cold", True), ("warm", True), ("pieces", True)):
         monkeypatch.setattr(RetrievalService, "_registry", {})  # a fresh service each time, as in a new process
-        monkeypatch.setattr(store, "space_decomposable", (lambda counter: False) if name != "pieces" else store_decomposable)
+        monkeypatch.setattr(
+            service_mod, "space_decomposable", (lambda counter: False) if name != "pieces" else space_decomposable
+        )
         env = gym.make("EDO-v0", **small_world_kwargs, retrieval={"cache_dir": str(tmp_path), "runtime_cache": runtime})
         try:
             runs[name] = _trajectory(env, steps, seed=11)

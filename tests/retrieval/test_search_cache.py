@@ -22,7 +22,7 @@ import pytest
 import edo_gym  # noqa: F401  (registers the ids)
 from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.runtime_cache import RuntimeCache
-from edo_gym.retrieval.store import query_digest
+from edo_gym.retrieval.search import query_digest
 from edo_gym.world.queries import reachable_queries
 from tests.env.test_speed_options import _assert_same, _trajectory
 
@@ -195,11 +195,11 @@ def test_fingerprint_follows_the_shards_documents(tmp_path, small_world_kwargs):
         r = retrievers[0]
         vectors = r.vectors.copy()
         vectors[min(r.indices)] *= -1.0
-        clone = type(r)(None, r.encoder, r.domains, 10, factory=lambda: None, size=r.size)
-        clone.indices, clone.vectors = r.indices, vectors
+        clone = type(r)(None, r.encoder, r.domains, 10, factory=lambda: None, size=r.size, indices=r.indices, vectors=vectors)
         assert clone.fingerprint != r.fingerprint  # one document's vector changed
-        clone2 = type(r)(None, r.encoder, r.domains, 10, factory=lambda: None, size=r.size)
-        clone2.indices, clone2.vectors = r.indices, r.vectors
+        clone2 = type(r)(
+            None, r.encoder, r.domains, 10, factory=lambda: None, size=r.size, indices=r.indices, vectors=r.vectors
+        )
         assert clone2.fingerprint == r.fingerprint
         with pytest.raises(RuntimeError, match="needs its vectors and indices"):
             _ = type(r)(None, r.encoder, r.domains, 10, factory=lambda: None, size=1).fingerprint

@@ -24,8 +24,8 @@ import pytest
 import edo_gym  # noqa: F401  (registers the ids)
 from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.embedder import space_decomposable
+from edo_gym.retrieval.service import RetrievalService
 from edo_gym.retrieval.static import StaticEmbedder
-from edo_gym.retrieval.store import RetrievalService
 
 
 @pytest.fixture(scope="module")
