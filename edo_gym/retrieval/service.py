@@ -23,7 +23,7 @@ import hashlib
 import os
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ PIECE_MEMO_MAX = 1_000_000
 class RetrievalService:
     """Embedder, caches and chromadb collections for one world, shared by every env of a process (shared mode)."""
 
-    _registry: dict[tuple, RetrievalService] = {}
+    _registry: dict[Hashable, RetrievalService] = {}
     _lock = threading.Lock()
 
     def __init__(
@@ -197,6 +197,12 @@ class RetrievalService:
         # pools registered here registered there too (an env pickled with its service shares its pool's list)
         return (_restore_service, (self.world, self.config, self.shards, list(self._task_lists.values())))
 
+    @staticmethod
+    def registry_key(world: World, config: RetrievalConfig, shards: Sequence[tuple[str, ...]]) -> Hashable:
+        """What :meth:`get` shares a service by: the world's corpus, the whole config (every field, so that no setting
+        can be left out) and the shards (each a set of domains)."""
+        return (world.corpus_hash, config, tuple(tuple(sorted(s)) for s in shards))
+
     @classmethod
     def get(
         cls,
@@ -211,10 +217,7 @@ class RetrievalService:
         """
         if config.mode == "per_worker":
             return cls(world, config, shards, extra_texts)
-        key = (world.corpus_hash, config.model, config.cache_dir, config.chroma_dir, config.query_cache_size,
-               config.result_cache_size, config.presearch, config.lazy_embeddings, config.runtime_cache, config.encoder,
-               config.search_cache, config.identifier_match,
-               tuple(tuple(sorted(s)) for s in shards))  # fmt: skip
+        key = cls.registry_key(world, config, shards)
         with cls._lock:
             service = cls._registry.get(key)
             if service is None or service.pid != os.getpid():  # never reuse a service inherited through fork
