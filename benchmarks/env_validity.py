@@ -118,7 +118,7 @@ def follow_rate(env: Any, ids: list[int], new_values: dict[int, str], seed: int)
         oracle.reset(obs, info)
         while True:
             obs, _, terminated, truncated, info = env.step(oracle.act_hidden(obs, info, base.hidden_state()))
-            event = base.trace[-1]
+            event = base.episode.trace[-1]
             if info["event"] == "dispatch" and event[0] == "dispatch" and not event[3].failed:
                 rec = event[3]
                 q = parse_question(rec.instruction)
@@ -137,11 +137,11 @@ def planner_auc(env: Any, n: int, seed: int) -> dict[str, float]:
     conf, faithful, structural = [], [], []
     for k in range(n):
         env.reset(seed=seed + k)
-        if base.plan.confidence is None:
+        if base.episode.plan.confidence is None:
             continue
-        conf.append(base.plan.confidence)
+        conf.append(base.episode.plan.confidence)
         faithful.append(base.hidden_state()["plan_faithful"])
-        structural.append(any(d > i for i, s in enumerate(base.plan.steps) for d in s.deps))
+        structural.append(any(d > i for i, s in enumerate(base.episode.plan.steps) for d in s.deps))
     conf_a, faith_a = np.asarray(conf), np.asarray(faithful)
     return {"auc": roc_auc(conf_a, faith_a), "n": len(conf), "unfaithful_rate": float(1 - faith_a.mean()),
             "unfaithful_with_visible_structure_error": float(np.mean(np.asarray(structural)[~faith_a])) if (~faith_a).any() else 0.0}  # fmt: skip

@@ -87,7 +87,7 @@ class CallLedger(gym.Wrapper):
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
         self.episodes += 1
-        self.plan_fallbacks += int(self.env.unwrapped.plan.source == "fallback")
+        self.plan_fallbacks += int(self.env.unwrapped.episode.plan.source == "fallback")
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:

@@ -75,14 +75,17 @@ def collect(
         reset_hook(obs, info)
         while True:
             hidden = base.hidden_state()
-            current = base.current_step
-            last = base.done_stack[-1] if base.done_stack else -1
-            record = base.results[last] if last >= 0 else None
+            current = base.episode.plan.current_step
+            last = base.episode.plan.done_stack[-1] if base.episode.plan.done_stack else -1
+            record = base.episode.plan.results[last] if last >= 0 else None
             rows["episode"].append(ep)
             rows["x"].append(flatten(obs))
-            fresh_plan = not base.done_stack
+            fresh_plan = not base.episode.plan.done_stack
             just_answered = (
-                record is not None and not record.abstained and not base.verdicts[last] and info.get("event") == "dispatch"
+                record is not None
+                and not record.abstained
+                and not base.episode.plan.verdicts[last]
+                and info.get("event") == "dispatch"
             )
             rows["plan_faithful"].append(float(hidden["plan_faithful"]) if fresh_plan else np.nan)
             rows["plan_faithful_any_point"].append(float(hidden["plan_faithful"]))

@@ -261,14 +261,14 @@ def _plain(value: Any) -> bool:
 
 def _plan_checks(u: Any, obs: dict, fallback_events: int) -> None:
     """The plan in force agrees with its trace events and the observation's fallback/repaired flags."""
-    source = u.plan.source
+    source = u.episode.plan.source
     assert source in ("planner", "repaired", "fallback")
     assert fallback_events == int(source == "fallback")
     assert obs["plan"][obs_lib.P_FALLBACK] == float(source == "fallback")
     assert obs["plan"][obs_lib.P_REPAIRED] == float(source == "repaired")
     if source == "fallback":
-        assert u.plan == fallback_plan(u.task.text)  # read from the task's text alone
-    assert 1 <= len(u.plan.steps) <= u.config.max_subtasks
+        assert u.episode.plan.plan == fallback_plan(u.episode.task.text)  # read from the task's text alone
+    assert 1 <= len(u.episode.plan.steps) <= u.config.max_subtasks
 
 
 class EpisodeChecker:
@@ -284,23 +284,23 @@ class EpisodeChecker:
         assert u.observation_space.contains(obs), _space_diff(u, obs)
         assert np.array_equal(info["action_mask"], obs["action_mask"])
         assert set(info) == {"action_mask", "task_id"} and _plain(info)
-        kinds = [e[0] for e in u.trace]
+        kinds = [e[0] for e in u.episode.trace]
         assert kinds in (["reset", "plan"], ["reset", "plan_fallback", "plan"]), kinds
-        assert u.trace[0][1] == info["task_id"] and u.trace[-1][1] is u.plan
+        assert u.episode.trace[0][1] == info["task_id"] and u.episode.trace[-1][1] is u.episode.plan.plan
         _plan_checks(u, obs, kinds.count("plan_fallback"))
-        assert (u.tokens, u.calls, u.latency_s, u.steps) == (0, 0, 0.0, 0)
-        assert (u.retrieval_fallbacks, u.illegal_actions, u.replans) == (0, 0, 0)
+        assert (u.episode.tokens, u.episode.calls, u.episode.latency_s, u.episode.steps) == (0, 0, 0.0, 0)
+        assert (u.episode.retrieval_fallbacks, u.episode.illegal_actions, u.episode.replans) == (0, 0, 0)
         # the planner was called (once, or twice with the repair), possibly with failures and retries
-        pending = u._pending
-        planner_calls = pending.calls - u.call_retries
+        pending = u.episode.pending
+        planner_calls = pending.calls - u.episode.call_retries
         assert planner_calls in (1, 2) and pending.tokens > 0 and pending.latency_s > 0
-        assert planner_calls == (1 if u.plan.source == "planner" else 2)
-        assert 0 <= u.failed_calls <= planner_calls
+        assert planner_calls == (1 if u.episode.plan.source == "planner" else 2)
+        assert 0 <= u.episode.failed_calls <= planner_calls
         self.pending = (pending.tokens, pending.calls, pending.latency_s)
-        self.counters = (u.failed_calls, u.call_retries, u.retrieval_fallbacks)
+        self.counters = (u.episode.failed_calls, u.episode.call_retries, u.episode.retrieval_fallbacks)
         self.sums = [pending.tokens, pending.calls, pending.latency_s]
-        self.trace_len = len(u.trace)
-        self.current, self.top = u.current_step, None
+        self.trace_len = len(u.episode.trace)
+        self.current, self.top = u.episode.plan.current_step, None
         self.info_keys: set[str] | None = None
         self.ended = False
 
@@ -321,8 +321,8 @@ class EpisodeChecker:
         assert all(math.isfinite(v) for v in terms.values())
         assert math.isclose(sum(terms.values()), reward, rel_tol=1e-12, abs_tol=1e-12)
         # the trace: one event per step, of the step's kind (a replan may first record a fallback; "budget" may follow)
-        new = u.trace[self.trace_len :]
-        self.trace_len = len(u.trace)
+        new = u.episode.trace[self.trace_len :]
+        self.trace_len = len(u.episode.trace)
         legal = bool(mask_before[action] > 0)
         assert info["illegal_action"] is (not legal)
         kind = "illegal" if not legal else u.decode_action(action)[0]
@@ -339,7 +339,7 @@ class EpisodeChecker:
         own = (cost["tokens"] - p_tokens, cost["calls"] - p_calls, cost["latency_s"] - p_latency)
         assert own[0] >= 0 and own[1] >= 0 and own[2] >= -1e-9, (cost, self.pending)
         price = 1.0
-        failed, retries, fallbacks = (u.failed_calls, u.call_retries, u.retrieval_fallbacks)
+        failed, retries, fallbacks = (u.episode.failed_calls, u.episode.call_retries, u.episode.retrieval_fallbacks)
         d_failed, d_retries, d_fallbacks = (
             failed - self.counters[0],
             retries - self.counters[1],
@@ -358,9 +358,13 @@ class EpisodeChecker:
             assert (d_failed, d_retries, d_fallbacks) == (int(rec.failed), rec.attempts - 1, int(rec.retrieval_fallback))
             if rec.failed:
                 assert rec.text == "" and rec.confidence is None and rec.cost.completion_tokens == 0
-                assert u.results[i] is None
+                assert u.episode.plan.results[i] is None
             else:
-                assert u.results[i] is rec and u.done_stack[-1] == i and u.verdicts[i] == []
+                assert (
+                    u.episode.plan.results[i] is rec
+                    and u.episode.plan.done_stack[-1] == i
+                    and u.episode.plan.verdicts[i] == []
+                )
                 assert rec.confidence is None or 0.0 <= rec.confidence <= 1.0
             if rec.retrieval_fallback:
                 assert rec.retrieved == () and not rec.used_retrieval
@@ -369,7 +373,9 @@ class EpisodeChecker:
             check = event[1]
             w = u.decode_action(action)[1]
             # a verifier that gave a verdict may not verify this result again; one whose call failed may
-            assert (check.worker, check.step) == (w, self.top) and (w in u.verified_by[check.step]) is (not check.failed)
+            assert (check.worker, check.step) == (w, self.top) and (w in u.episode.plan.verified_by[check.step]) is (
+                not check.failed
+            )
             price = cfg.workers[w].price
             assert (own[0], own[1]) == (check.cost.tokens, check.cost.calls) and math.isclose(own[2], check.cost.latency_s)
             assert check.cost.calls == check.attempts == info["backend_attempts"] >= 1
@@ -378,19 +384,21 @@ class EpisodeChecker:
             assert (check.verdict == "") is check.failed
             assert check.failed or check.verdict in ("ok", "flagged", "unsure")
             if not check.failed:
-                assert u.verdicts[check.step][-1] == check.verdict
+                assert u.episode.plan.verdicts[check.step][-1] == check.verdict
             # whether a verifier's retrieval fault counts as a fallback is the env's call: at most one per verification
             assert (d_failed, d_retries) == (int(check.failed), check.attempts - 1) and d_fallbacks in (0, 1)
         elif kind == "replan":
             price = PLANNER_PRICE
             planner_calls = own[1] - d_retries
-            assert planner_calls == (1 if u.plan.source == "planner" else 2), (own, d_retries, u.plan.source)
+            assert planner_calls == (1 if u.episode.plan.source == "planner" else 2), (own, d_retries, u.episode.plan.source)
             assert 0 <= d_failed <= planner_calls and d_fallbacks == 0
-            assert own[0] > 0 and own[2] > 0 and event[1] is u.plan
+            assert own[0] > 0 and own[2] > 0 and event[1] is u.episode.plan.plan
             assert info["backend_attempts"] >= 0
         else:  # rollback, submit, illegal: no call
             if kind == "rollback":
-                assert own == (cfg.rollback_tokens, 0, 0.0) and event[1] == self.top and u.results[self.top] is None
+                assert (
+                    own == (cfg.rollback_tokens, 0, 0.0) and event[1] == self.top and u.episode.plan.results[self.top] is None
+                )
             else:
                 assert own == (0, 0, 0.0)
             assert (d_failed, d_retries, d_fallbacks) == (0, 0, 0)
@@ -405,44 +413,51 @@ class EpisodeChecker:
         assert math.isclose(terms["latency"], -cfg.reward.latency_weight * cost["latency_s"], rel_tol=1e-9, abs_tol=1e-12)
         assert terms["illegal"] == (-cfg.reward.illegal_action_penalty if kind == "illegal" else 0.0)
         if kind == "submit":
-            assert terminated and terms["success"] == event[2] == u.score
+            assert terminated and terms["success"] == event[2] == u.episode.score
         else:
             assert terms["success"] == 0.0
         # running sums agree with the env's counters
         self.sums[0] += own[0]
         self.sums[1] += own[1]
         self.sums[2] += own[2]
-        assert (u.tokens, u.calls) == (self.sums[0], self.sums[1])
-        assert math.isclose(u.latency_s, self.sums[2], rel_tol=1e-9, abs_tol=1e-9)
+        assert (u.episode.tokens, u.episode.calls) == (self.sums[0], self.sums[1])
+        assert math.isclose(u.episode.latency_s, self.sums[2], rel_tol=1e-9, abs_tol=1e-9)
         # counters agree with the whole trace
-        events = [e for e in u.trace if e[0] in STEP_EVENTS]
-        assert u.steps == len(events)
+        events = [e for e in u.episode.trace if e[0] in STEP_EVENTS]
+        assert u.episode.steps == len(events)
         dispatches = [e for e in events if e[0] == "dispatch"]
         verifies = [e[1] for e in events if e[0] == "verify"]
         for w in range(len(u.workers)):
-            assert u.worker_calls[w] == sum(1 for e in dispatches if e[2] == w)
-            assert u.worker_verifications[w] == sum(1 for v in verifies if v.worker == w)
-        assert u.illegal_actions == sum(1 for e in events if e[0] == "illegal")
-        assert u.replans == sum(1 for e in events if e[0] == "replan")
+            assert u.episode.worker_counts[:, 0][w] == sum(1 for e in dispatches if e[2] == w)
+            assert u.episode.worker_counts[:, 4][w] == sum(1 for v in verifies if v.worker == w)
+        assert u.episode.illegal_actions == sum(1 for e in events if e[0] == "illegal")
+        assert u.episode.replans == sum(1 for e in events if e[0] == "replan")
         # since the last replan (or reset), the plan's attempts count its dispatches
-        start = max(k for k, e in enumerate(u.trace) if e[0] in ("reset", "replan"))
-        assert sum(u.attempts) == sum(1 for e in u.trace[start:] if e[0] == "dispatch")
+        start = max(k for k, e in enumerate(u.episode.trace) if e[0] in ("reset", "replan"))
+        assert sum(u.episode.plan.attempts) == sum(1 for e in u.episode.trace[start:] if e[0] == "dispatch")
         # termination
         assert not (terminated and truncated)
         if "budget" in kinds:
-            assert terminated and kind != "submit" and u.tokens > u.token_budget and u.budget_exhausted
+            assert terminated and kind != "submit" and u.episode.tokens > u.token_budget and u.episode.budget_exhausted
         if truncated:
-            assert u.steps >= u.step_limit
+            assert u.episode.steps >= u.step_limit
         ended = terminated or truncated
         stats = info["episode_stats"]  # on every step (strict replay buffers), final when "ended"
         assert {k: type(v) for k, v in stats.items()} == EPISODE_STATS
         assert stats["ended"] is ended
-        assert stats["family"] == u.task.family and stats["steps"] == u.steps
+        assert stats["family"] == u.episode.task.family and stats["steps"] == u.episode.steps
         if ended:
-            assert (stats["tokens"], stats["calls"], stats["failed_calls"]) == (u.tokens, u.calls, u.failed_calls)
-            assert (stats["call_retries"], stats["retrieval_fallbacks"]) == (u.call_retries, u.retrieval_fallbacks)
+            assert (stats["tokens"], stats["calls"], stats["failed_calls"]) == (
+                u.episode.tokens,
+                u.episode.calls,
+                u.episode.failed_calls,
+            )
+            assert (stats["call_retries"], stats["retrieval_fallbacks"]) == (
+                u.episode.call_retries,
+                u.episode.retrieval_fallbacks,
+            )
             assert stats["budget_exhausted"] is ("budget" in kinds)
-            assert stats["success"] is u.success and stats["score"] == u.score
+            assert stats["success"] is u.episode.success and stats["score"] == u.episode.score
             assert not obs["action_mask"].any()
         else:
             assert stats["success"] is False
@@ -450,8 +465,8 @@ class EpisodeChecker:
         self.ended = ended
         self.pending = (0, 0, 0.0)
         self.counters = (failed, retries, fallbacks)
-        self.current = u.current_step
-        self.top = u.done_stack[-1] if u.done_stack else None
+        self.current = u.episode.plan.current_step
+        self.top = u.episode.plan.done_stack[-1] if u.episode.plan.done_stack else None
 
 
 def _space_diff(env: Any, obs: dict) -> str:

@@ -31,10 +31,10 @@ def render_trace(env: EDOEnv) -> str:
     docs = env.doc_texts
     names = [w.name for w in env.config.workers]
     out: list[str] = []
-    for event in env.trace:
+    for event in env.episode.trace:
         kind = event[0]
         if kind == "reset":
-            out.append(f"TASK #{event[1]} ({env.task.family}): {env.task.text}")
+            out.append(f"TASK #{event[1]} ({env.episode.task.family}): {env.episode.task.text}")
         elif kind == "plan":
             out.extend(_plan_lines(event[1]))
         elif kind == "plan_fallback":
@@ -73,13 +73,13 @@ def render_trace(env: EDOEnv) -> str:
             out.append(f"  token budget exhausted ({event[1]} tokens)")
         elif kind == "submit":
             out.append(f"  submit: {event[1]!r} -> score {event[2]:.2f}")
-    totals = f"  totals: {env.steps} steps, {env.tokens} tokens, {env.calls} calls, {env.latency_s:.2f} s simulated latency"
+    totals = f"  totals: {env.episode.steps} steps, {env.episode.tokens} tokens, {env.episode.calls} calls, {env.episode.latency_s:.2f} s simulated latency"
     faults = [
         f"{n} {label}"
         for n, label in (
-            (env.failed_calls, "failed calls"),
-            (env.call_retries, "retries"),
-            (env.retrieval_fallbacks, "retrieval fallbacks"),
+            (env.episode.failed_calls, "failed calls"),
+            (env.episode.call_retries, "retries"),
+            (env.episode.retrieval_fallbacks, "retrieval fallbacks"),
         )
         if n
     ]

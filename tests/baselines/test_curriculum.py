@@ -24,7 +24,7 @@ th.set_num_threads(1)
 
 
 def _task_hops(env):
-    return env.unwrapped.task.hops
+    return env.unwrapped.episode.task.hops
 
 
 @pytest.mark.parametrize(
@@ -67,13 +67,13 @@ def test_wrapper_draws_only_short_tasks_and_keeps_task_ids_when_it_widens(make_e
     for k in (0, env.num_tasks // 2, env.num_tasks - 1):
         env.reset(seed=1, options={"task_id": k})
         assert _task_hops(env) <= 2
-        named[k] = base.task.task_id
+        named[k] = base.episode.task.task_id
     with pytest.raises(ValueError, match="active tasks"):
         env.reset(options={"task_id": env.num_tasks})
     assert env.set_max_hops(3) == int((hops <= 3).sum())
     for k, task in named.items():  # a task id drawn before the widening names the same task after it
         env.reset(seed=2, options={"task_id": k})
-        assert base.task.task_id == task
+        assert base.episode.task.task_id == task
     seen = set()
     for seed in range(60):
         env.reset(seed=seed)
@@ -123,7 +123,7 @@ def test_training_follows_the_curriculum(algo):
 
         class Watch(BaseCallback):
             def _on_step(self) -> bool:
-                seen.extend((self.num_timesteps, e.unwrapped.task.hops) for e in self.training_env.envs)
+                seen.extend((self.num_timesteps, e.unwrapped.episode.task.hops) for e in self.training_env.envs)
                 return True
 
         model.learn(cfg.total_timesteps, callback=[curriculum, Watch()])

@@ -479,24 +479,24 @@ def test_step_some_can_hold_an_env_at_its_episode_end(small_world_kwargs):
     actions = np.array([submit] * 3)
     obs, rewards, dones, infos = venv.step_some(actions, [0, 1], hold=[1])
     assert dones.tolist() == [True, True, False]
-    assert base[0].steps == 0 and base[1].steps == 1 and base[1]._ended  # env 0 was reset, env 1 held
+    assert base[0].episode.steps == 0 and base[1].episode.steps == 1 and base[1].episode.ended  # env 0 was reset, env 1 held
     assert venv.reset_infos[1] == {} and "task_id" in venv.reset_infos[0]
     for key in obs:  # the held env's row is its terminal observation
         assert np.array_equal(obs[key][1], infos[1]["terminal_observation"][key])
     # stepped again, the held env starts an episode first (an unseeded reset), then takes the step
     obs, rewards, dones, infos = venv.step_some(actions, [1])
-    assert dones.tolist() == [False, True, False] and infos[1]["episode_stats"]["ended"] and base[1].steps == 0
+    assert dones.tolist() == [False, True, False] and infos[1]["episode_stats"]["ended"] and base[1].episode.steps == 0
     assert "task_id" in venv.reset_infos[1]
     # a reset through env_method ends the hold: the next step is that episode's first
     venv.step_some(actions, [2], hold=[2])
     obs2, _ = venv.env_method("reset", seed=7, indices=[2])[0]
-    steps_before = base[2].steps
+    steps_before = base[2].episode.steps
     venv.step_some(np.array([0, 0, base[2].A_VERIFY]), [2])
-    assert steps_before == 0 and base[2].steps == 1
+    assert steps_before == 0 and base[2].episode.steps == 1
     # and so does VecEnv.reset
     venv.step_some(actions, [0], hold=[0])
     venv.reset()
-    assert all(e.steps == 0 for e in base) and not venv._held
+    assert all(e.episode.steps == 0 for e in base) and not venv._held
     venv.close()
 
 
@@ -507,10 +507,10 @@ def test_step_some_steps_only_the_envs_named(small_world_kwargs):
     venv.seed(1)
     obs = venv.reset()
     before = {k: v.copy() for k, v in obs.items()}
-    steps_before = [e.unwrapped.steps for e in venv.envs]
+    steps_before = [e.unwrapped.episode.steps for e in venv.envs]
     submit = venv.envs[0].unwrapped.A_SUBMIT
     obs, rewards, dones, infos = venv.step_some(np.array([submit, submit, submit]), [1])
-    assert [e.unwrapped.steps for e in venv.envs] == [steps_before[0], 0, steps_before[2]]  # env 1 ended and reset
+    assert [e.unwrapped.episode.steps for e in venv.envs] == [steps_before[0], 0, steps_before[2]]  # env 1 ended and reset
     assert dones.tolist() == [False, True, False] and rewards[0] == rewards[2] == 0.0 and infos[0] == infos[2] == {}
     assert "terminal_observation" in infos[1] and infos[1]["episode_stats"]["ended"]
     for key in obs:

@@ -907,7 +907,7 @@ def test_calibrated_verifier_gives_no_verdict_at_verdict_rate_zero():
         env.step(7)  # the generalist, with retrieval
         for w in range(4):  # every worker verifies the result
             env.step(base.A_VERIFY + w)
-        assert len(base.verdicts[0]) == 4 and all(v == "unsure" for v in base.verdicts[0])
+        assert len(base.episode.plan.verdicts[0]) == 4 and all(v == "unsure" for v in base.episode.plan.verdicts[0])
     finally:
         env.close()
 

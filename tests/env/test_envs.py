@@ -139,7 +139,7 @@ def test_two_envs_same_seed_same_actions_identical(make_env, env_id):
             assert data_equivalence(out_a, out_b, exact=True), f"seed {seed}, step {steps}: {out_a} != {out_b}"
             obs_a, done = out_a[0], out_a[2] or out_a[3]
             steps += 1
-        assert repr(env_a.unwrapped.trace) == repr(env_b.unwrapped.trace)
+        assert repr(env_a.unwrapped.episode.trace) == repr(env_b.unwrapped.episode.trace)
     assert steps > 6  # the comparison was not vacuous
 
 
@@ -419,15 +419,19 @@ def test_mask_admits_only_legal_actions(make_env, env_id):
 def _documented_mask(base: EDOEnv) -> np.ndarray:
     """The legality rules of the ``EDOEnv`` docstring, written independently of ``EDOEnv._mask``."""
     mask = np.zeros(base.n_actions, dtype=bool)
-    if any(r is None for r in base.results):  # a plan step without a result: dispatch it (retrieval needs a shard)
+    if any(
+        r is None for r in base.episode.plan.results
+    ):  # a plan step without a result: dispatch it (retrieval needs a shard)
         for a in range(base.n_dispatch):
             _, w, retrieve = base.decode_action(a)
             mask[a] = not retrieve or base.workers[w].retriever.size > 0
-    if base.done_stack:  # a last result exists: it can be rolled back, and verified once by each worker
+    if base.episode.plan.done_stack:  # a last result exists: it can be rolled back, and verified once by each worker
         mask[base.A_ROLLBACK] = True
         for w in range(len(base.workers)):
-            mask[base.A_VERIFY + w] = base.config.enable_verify and w not in base.verified_by[base.done_stack[-1]]
-    mask[base.A_REPLAN] = base.config.enable_replan and base.replans < base.config.max_replans
+            mask[base.A_VERIFY + w] = (
+                base.config.enable_verify and w not in base.episode.plan.verified_by[base.episode.plan.done_stack[-1]]
+            )
+    mask[base.A_REPLAN] = base.config.enable_replan and base.episode.replans < base.config.max_replans
     mask[base.A_SUBMIT] = True
     return mask
 
@@ -457,15 +461,19 @@ def test_masked_actions_are_illegal_and_change_nothing(make_env, env_id):
         obs = _replay(env, seed, prefix)
         for action in np.flatnonzero(obs["action_mask"] == 0):
             before = _replay(env, seed, prefix)
-            plan, results, verdicts = base.plan, list(base.results), [list(v) for v in base.verdicts]
+            plan, results, verdicts = (
+                base.episode.plan,
+                list(base.episode.plan.results),
+                [list(v) for v in base.episode.plan.verdicts],
+            )
             hidden, rng_state = repr(base.hidden_state()), base.np_random.bit_generator.state
             # the planner's call at reset is charged on the first step, illegal or not
-            pending = base._pending  # noqa: SLF001 - the test checks the ledger exactly
+            pending = base.episode.pending
             ledger = (
-                base.tokens + pending.tokens,
-                base.calls + pending.calls,
-                base.latency_s + pending.latency_s,
-                base.replans,
+                base.episode.tokens + pending.tokens,
+                base.episode.calls + pending.calls,
+                base.episode.latency_s + pending.latency_s,
+                base.episode.replans,
             )
             after, reward, terminated, truncated, info = env.step(int(action))
             assert info["illegal_action"] is True, (seed, prefix, int(action))
@@ -479,8 +487,12 @@ def test_masked_actions_are_illegal_and_change_nothing(make_env, env_id):
             if prefix:
                 np.testing.assert_array_equal(after["budget"][:3], before["budget"][:3])  # tokens, calls, latency
             assert after["budget"][3] > before["budget"][3]  # the step counter moved
-            assert base.plan is plan and base.results == results and base.verdicts == verdicts
-            assert (base.tokens, base.calls, base.latency_s, base.replans) == pytest.approx(ledger)
+            assert (
+                base.episode.plan is plan and base.episode.plan.results == results and base.episode.plan.verdicts == verdicts
+            )
+            assert (base.episode.tokens, base.episode.calls, base.episode.latency_s, base.episode.replans) == pytest.approx(
+                ledger
+            )
             assert repr(base.hidden_state()) == hidden and base.np_random.bit_generator.state == rng_state
             tested.add(int(action))
     assert base.A_ROLLBACK in tested and tested & set(range(base.A_VERIFY, base.A_ROLLBACK))
@@ -492,12 +504,12 @@ def test_reset_task_id_selects_that_task(make_env):
     env = make_env()
     base: EDOEnv = env.unwrapped
     _, info = env.reset(seed=0)
-    task_id, text = info["task_id"], base.task.text
+    task_id, text = info["task_id"], base.episode.task.text
     for seed in (1, 2, None):
         _, info = env.reset(seed=seed, options={"task_id": task_id})
-        assert info["task_id"] == task_id and base.task.text == text
+        assert info["task_id"] == task_id and base.episode.task.text == text
     _, info = env.reset(seed=0, options={"task_id": (task_id + 1) % base.num_tasks})
-    assert base.task.text != text
+    assert base.episode.task.text != text
 
 
 def test_reset_unknown_option_raises(make_env):
@@ -546,7 +558,7 @@ def test_out_of_range_or_malformed_action_raises(make_env, action):
         action = base.n_actions
     with pytest.raises(ValueError, match="action"):
         base.step(action)
-    assert base.steps == 0 and base.tokens == 0  # nothing happened
+    assert base.episode.steps == 0 and base.episode.tokens == 0  # nothing happened
 
 
 def test_illegal_action_raise_mode(make_env):
@@ -556,7 +568,7 @@ def test_illegal_action_raise_mode(make_env):
     assert obs["action_mask"][base.A_VERIFY] == 0  # nothing to verify yet
     with pytest.raises(ValueError, match="illegal action"):
         env.step(base.A_VERIFY)
-    assert base.steps == 0 and base.illegal_actions == 0
+    assert base.episode.steps == 0 and base.episode.illegal_actions == 0
 
 
 # ================================================================================================ render
@@ -565,7 +577,7 @@ def test_render_ansi_returns_the_trace(make_env):
     base: EDOEnv = env.unwrapped
     obs, _ = env.reset(seed=0)
     text = env.render()
-    assert isinstance(text, str) and base.task.text in text
+    assert isinstance(text, str) and base.episode.task.text in text
     env.step(int(np.flatnonzero(obs["action_mask"][: base.n_dispatch])[0]))
     text = env.render()
     assert "dispatch" in text and "submit" not in text
@@ -578,7 +590,7 @@ def test_render_human_prints(make_env, capsys):
     env.reset(seed=0)
     capsys.readouterr()
     assert env.render() is None
-    assert env.unwrapped.task.text in capsys.readouterr().out
+    assert env.unwrapped.episode.task.text in capsys.readouterr().out
 
 
 def test_returned_arrays_are_fresh_and_writable(make_env):

@@ -27,8 +27,8 @@ def test_focus_rows_are_the_marked_rows(make_env):
             else:
                 assert not obs["current"].any()
             base = env.unwrapped
-            if base.done_stack:
-                np.testing.assert_array_equal(obs["last"], sub[base.done_stack[-1]])
+            if base.episode.plan.done_stack:
+                np.testing.assert_array_equal(obs["last"], sub[base.episode.plan.done_stack[-1]])
             else:
                 assert not obs["last"].any()
             obs, _, terminated, truncated, _ = env.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
@@ -41,21 +41,21 @@ def test_tried_records_dispatches_verdicts_and_rollbacks(make_env):
     obs, _ = env.reset(seed=3)
     base = env.unwrapped
     assert not obs["tried"].any()
-    first = base.current_step
+    first = base.episode.plan.current_step
     obs, *_ = env.step(_dispatch(env, 1, retrieve=True))
-    if base.results[first] is None:
+    if base.episode.plan.results[first] is None:
         pytest.skip("the call failed (a simulated transient error); the rest needs a result")
     # the result moved the pointer on: the current step is new (nothing tried), the last one was written by worker 1
     assert obs["tried"][1, O.T_PRODUCED] == 1.0 and obs["tried"][:, O.T_PRODUCED].sum() == 1.0
-    assert base.current_step != first and not obs["tried"][:, : O.T_ABSTAINED + 1].any()
+    assert base.episode.plan.current_step != first and not obs["tried"][:, : O.T_ABSTAINED + 1].any()
     verifier = 2
     obs, *_ = env.step(base.A_VERIFY + verifier)
-    verdict = base._verdict_of[first].get(verifier)
+    verdict = base.episode.plan.verdict_of[first].get(verifier)
     if verdict is not None:
         column = {"ok": O.T_OK, "flagged": O.T_FLAG, "unsure": O.T_UNSURE}[verdict]
         assert obs["tried"][verifier, column] == 1.0
     obs, *_ = env.step(base.A_ROLLBACK)
-    assert base.current_step == first
+    assert base.episode.plan.current_step == first
     # after the rollback the step is current again: its dispatch by worker 1 with retrieval is remembered, the
     # producer and the verdicts are gone with the result
     assert obs["tried"][1, O.T_RETRIEVAL] == pytest.approx(0.25)

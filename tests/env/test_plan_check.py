@@ -41,7 +41,7 @@ def test_off_by_default_flags_every_unfaithful_initial_plan_and_follows_replans(
         flagged[bool(base.hidden_state()["plan_faithful"])].append(obs["plan_check"][0])
         for _ in range(30 if episode < 5 else 0):
             assert env.observation_space.contains(obs)
-            step, plan = plan_check_features(base.task.text, tuple(s.instruction for s in base.plan.steps), 6)
+            step, plan = plan_check_features(base.episode.task.text, tuple(s.instruction for s in base.episode.plan.steps), 6)
             np.testing.assert_array_equal(obs["step_check"], step)  # follows replans
             np.testing.assert_array_equal(obs["plan_check"], plan)
             obs, _, terminated, truncated, _ = env.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))

@@ -190,7 +190,7 @@ def pick_action(env, kind: str, mask: np.ndarray, rng: np.random.Generator) -> i
 
 
 def plan_source(env) -> str:
-    return env.unwrapped.plan.source
+    return env.unwrapped.episode.plan.source
 
 
 def run_actions(env, plan, data_seed: int) -> int:
@@ -265,10 +265,24 @@ def test_illegal_actions_raise_and_change_nothing_in_raise_mode(env_setup, data)
             if terminated or truncated:
                 obs, info = env.reset()
             continue
-        before = (env.steps, len(env.trace), env.tokens, env.calls, env.illegal_actions, list(env.history))
+        before = (
+            env.episode.steps,
+            len(env.episode.trace),
+            env.episode.tokens,
+            env.episode.calls,
+            env.episode.illegal_actions,
+            list(env.episode.history),
+        )
         with pytest.raises(ValueError, match=rf"illegal action {a} "):
             env.step(a)
-        assert before == (env.steps, len(env.trace), env.tokens, env.calls, env.illegal_actions, list(env.history))
+        assert before == (
+            env.episode.steps,
+            len(env.episode.trace),
+            env.episode.tokens,
+            env.episode.calls,
+            env.episode.illegal_actions,
+            list(env.episode.history),
+        )
         assert np.array_equal(env.action_masks(), mask.astype(bool))
 
 
@@ -570,10 +584,10 @@ def test_malformed_actions_raise_and_change_nothing(small_env, action):
     env = small_env
     env.reset(seed=0)
     assert env.n_actions == 15  # 4 workers: 8 dispatches, 4 verifications, rollback, replan, submit
-    before = (env.steps, len(env.trace), env.tokens, env.illegal_actions)
+    before = (env.episode.steps, len(env.episode.trace), env.episode.tokens, env.episode.illegal_actions)
     with pytest.raises(ValueError, match="action"):
         env.step(action)
-    assert before == (env.steps, len(env.trace), env.tokens, env.illegal_actions)
+    assert before == (env.episode.steps, len(env.episode.trace), env.episode.tokens, env.episode.illegal_actions)
     obs, reward, *_ = env.step(np.array([env.A_SUBMIT]))  # a one-element array is fine
     assert math.isfinite(reward)
 

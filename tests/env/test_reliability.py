@@ -117,8 +117,8 @@ def first_dispatch(schedule=None, action=1, **kwargs):
     checker = EpisodeChecker()
     _, info = reset_checked(env, checker)
     obs, reward, _, _, info = step_checked(env, checker, info, action)
-    assert env.trace[-1][0] == "dispatch"
-    return env, backend, obs, reward, info, env.trace[-1][3]
+    assert env.episode.trace[-1][0] == "dispatch"
+    return env, backend, obs, reward, info, env.episode.trace[-1][3]
 
 
 def failed_attempt_latency(env, record, kind):
@@ -155,16 +155,16 @@ def test_raising_backend_is_a_charged_failed_call_and_the_episode_goes_on():
     assert rec.cost.calls == 1 and rec.cost.prompt_tokens > 0 and rec.cost.latency_s > 0
     assert info["cost"]["calls"] == 2  # the planner's call at reset is charged on the first step, with this one
     assert reward < 0 and math.isfinite(reward)
-    assert env.failed_calls == 1 and env.calls == 2
+    assert env.episode.failed_calls == 1 and env.episode.calls == 2
     # the step stays undone and current; the attempt is visible in the observation
-    assert env.results[0] is None and env.current_step == 0 and env.attempts[0] == 1
+    assert env.episode.plan.results[0] is None and env.episode.plan.current_step == 0 and env.episode.plan.attempts[0] == 1
     assert obs["subtasks"][0, obs_lib.C_DONE] == 0 and obs["subtasks"][0, obs_lib.C_CURRENT] == 1
     assert obs["subtasks"][0, obs_lib.C_ATTEMPTS] > 0 and obs["workers"][0, obs_lib.W_CALLS] > 0
     text = env.render()
     assert "call FAILED: RuntimeError: worker backend exploded" in text and "1 failed calls" in text
     # the backend recovers: the same step can be dispatched again, and the episode ends normally
     _, _, _, _, info = env.step(1)
-    assert not info["call_failed"] and info["call_error"] == "" and env.results[0] is not None
+    assert not info["call_failed"] and info["call_error"] == "" and env.episode.plan.results[0] is not None
     _, _, terminated, _, info = env.step(env.A_SUBMIT)
     assert terminated and info["episode_stats"]["failed_calls"] == 1 and info["episode_stats"]["calls"] == 3
     assert backend.faults("worker") == ["error", "ok"] and backend.faults("planner") == ["ok"]
@@ -176,7 +176,7 @@ def test_transient_errors_are_retried_with_backoff_and_charged():
     assert backend.faults("worker") == ["transient", "transient", "ok"]
     assert not rec.failed and info["call_failed"] is False and info["call_error"] == ""
     assert rec.attempts == 3 and info["backend_attempts"] == 3 and rec.cost.calls == 3
-    assert env.call_retries == 2 and env.failed_calls == 0
+    assert env.episode.call_retries == 2 and env.episode.failed_calls == 0
     # the fault-free attempt answers exactly as the clean run; every attempt sent the prompt
     assert (rec.text, rec.confidence, rec.retrieved) == (ref.text, ref.confidence, ref.retrieved)
     assert rec.cost.prompt_tokens == 3 * ref.cost.prompt_tokens and rec.cost.completion_tokens == ref.cost.completion_tokens
@@ -195,7 +195,7 @@ def test_retries_exhausted_give_a_failed_call(retries):
     )
     assert rec.failed and rec.attempts == retries + 1 == info["backend_attempts"] == rec.cost.calls
     assert info["call_error"].startswith("TransientBackendError: HTTP 503")
-    assert env.call_retries == retries and env.failed_calls == 1
+    assert env.episode.call_retries == retries and env.episode.failed_calls == 1
     retrieval = env.service.config.latency_s
     expected = backoff_s * (2**retries - 1) + (retries + 1) * failed_attempt_latency(env, rec, "transient") + retrieval
     assert rec.cost.latency_s == pytest.approx(expected)
@@ -208,7 +208,7 @@ def test_timeouts_are_retried_then_fail_charging_the_timeout(fault):
     assert rec.cost.latency_s == pytest.approx(3 * 5.0 + 0.5 + 1.0 + env.service.config.latency_s)
     # one timeout, then an answer
     env, _, _, _, info, rec = first_dispatch({"worker": [fault]}, backend_timeout_s=5.0)
-    assert not rec.failed and rec.attempts == 2 and env.call_retries == 1
+    assert not rec.failed and rec.attempts == 2 and env.episode.call_retries == 1
 
 
 def test_a_call_slower_than_the_timeout_counts_as_failed():
@@ -216,7 +216,7 @@ def test_a_call_slower_than_the_timeout_counts_as_failed():
     backend.sleep_s = 0.2
     env.reset(seed=0, options={"task_id": TASK_ID})
     _, _, _, _, info = env.step(1)
-    rec = env.trace[-1][3]
+    rec = env.episode.trace[-1][3]
     assert rec.attempts == 2 and not rec.failed  # the slow reply was discarded, the retry answered
     assert backend.faults("worker") == ["slow", "ok"]
     env, backend = make_env({"worker": ["slow"]}, backend_timeout_s=0.05, backend_retries=0)
@@ -231,7 +231,7 @@ def test_garbage_replies_are_failed_calls_and_never_reach_the_episode(garbage):
     env, _, obs, reward, info, rec = first_dispatch({"worker": [f"garbage:{garbage}"]})
     assert rec.failed and info["call_failed"] and rec.attempts == 1  # garbage is not retried
     assert info["call_error"].startswith("InvalidGenerationError"), info["call_error"]
-    assert rec.text == "" and rec.confidence is None and env.results[0] is None
+    assert rec.text == "" and rec.confidence is None and env.episode.plan.results[0] is None
     assert env.observation_space.contains(obs) and math.isfinite(reward)
 
 
@@ -253,7 +253,7 @@ def test_reported_usage_is_charged_and_a_missing_confidence_is_shown_as_missing(
     env = EDOEnv(cfg, backend=ReportingServer(simulated_backend(cfg)))
     env.reset(seed=0, options={"task_id": TASK_ID})
     obs, _, _, _, info = env.step(1)
-    rec = env.trace[-1][3]
+    rec = env.episode.trace[-1][3]
     assert not info["call_failed"] and rec.confidence is None
     assert (rec.cost.prompt_tokens, rec.cost.completion_tokens) == (321, 7)
     assert type(rec.cost.latency_s) is float
@@ -311,13 +311,13 @@ def test_verifier_call_failures_are_charged_and_record_no_verdict(schedule, atte
     _, _, _, _, info = step_checked(env, checker, info, 1)
     backend.inject("verifier", *schedule)
     obs, reward, _, _, info = step_checked(env, checker, info, env.A_VERIFY)
-    check = env.trace[-1][1]
+    check = env.episode.trace[-1][1]
     assert check.failed and check.verdict == "" and check.attempts == attempts == info["backend_attempts"]
     assert info["call_failed"] and info["call_error"].startswith(error) and check.error == info["call_error"]
     assert info["cost"]["calls"] == attempts and info["cost"]["tokens"] > 0 and info["cost"]["latency_s"] > 0
-    assert reward < 0 and env.failed_calls == 1 and env.call_retries == attempts - 1
+    assert reward < 0 and env.episode.failed_calls == 1 and env.episode.call_retries == attempts - 1
     # no verdict reaches the episode: the result is still unchecked
-    assert env.verdicts[0] == [] and env.worker_verifications[0] == 1
+    assert env.episode.plan.verdicts[0] == [] and env.episode.worker_counts[:, 4][0] == 1
     row = obs["subtasks"][0]
     assert row[obs_lib.C_OK] == row[obs_lib.C_FLAG] == row[obs_lib.C_UNSURE] == row[obs_lib.C_NVERIFY] == 0
     assert obs["workers"][0, obs_lib.W_VERIFIED] > 0
@@ -325,7 +325,7 @@ def test_verifier_call_failures_are_charged_and_record_no_verdict(schedule, atte
     assert f"verify step 1 by support_agent: call FAILED{tries}: {check.error}" in env.render()
     # another verifier checks it; the episode goes on
     _, _, _, _, info = step_checked(env, checker, info, env.A_VERIFY + 1)
-    assert not info["call_failed"] and env.verdicts[0] == [env.trace[-1][1].verdict]
+    assert not info["call_failed"] and env.episode.plan.verdicts[0] == [env.episode.trace[-1][1].verdict]
     _, _, terminated, _, info = step_checked(env, checker, info, env.A_SUBMIT)
     assert terminated and info["episode_stats"]["failed_calls"] == 1
 
@@ -334,7 +334,7 @@ def verify_after_first_dispatch(verifier_faults=()):
     env, backend, *_ = first_dispatch()
     backend.inject("verifier", *verifier_faults)
     obs, _, _, _, info = env.step(env.A_VERIFY)
-    return env, obs, info, env.trace[-1][1]
+    return env, obs, info, env.episode.trace[-1][1]
 
 
 def test_verifier_timeout_is_retried_and_the_retry_gives_the_clean_verdict():
@@ -344,13 +344,13 @@ def test_verifier_timeout_is_retried_and_the_retry_gives_the_clean_verdict():
     assert (check.verdict, check.text, check.retrieved) == (ref.verdict, ref.text, ref.retrieved)
     assert check.cost.prompt_tokens == 2 * ref.cost.prompt_tokens
     assert check.cost.latency_s == pytest.approx(ref.cost.latency_s + 0.5 + env.config.backend_timeout_s)
-    assert env.verdicts[0] == [ref.verdict] and env.call_retries == 1
+    assert env.episode.plan.verdicts[0] == [ref.verdict] and env.episode.call_retries == 1
 
 
 def test_a_verifier_reply_without_a_verdict_is_unsure():
     env, obs, info, check = verify_after_first_dispatch(["text:no_verdict"])
     assert not check.failed and check.verdict == "unsure" and check.text == BAD_TEXTS["no_verdict"]
-    assert env.verdicts[0] == ["unsure"] and env.failed_calls == 0
+    assert env.episode.plan.verdicts[0] == ["unsure"] and env.episode.failed_calls == 0
     assert obs["subtasks"][0, obs_lib.C_UNSURE] == 1.0 and obs["plan"][obs_lib.P_LAST_UNSURE] == 1.0
     assert obs["subtasks"][0, obs_lib.C_OK] == obs["subtasks"][0, obs_lib.C_FLAG] == 0.0
 
@@ -358,18 +358,18 @@ def test_a_verifier_reply_without_a_verdict_is_unsure():
 def test_a_failed_verification_leaves_the_result_unchecked_by_that_worker():
     env, backend, *_ = first_dispatch({"verifier": ["error"]})
     _, _, _, _, info = env.step(env.A_VERIFY)
-    assert info["call_failed"] and env.verdicts[0] == []
+    assert info["call_failed"] and env.episode.plan.verdicts[0] == []
     assert info["action_mask"][env.A_VERIFY] == 1  # unchecked: the same worker may verify again
     _, _, _, _, info = env.step(env.A_VERIFY)
-    assert not info["call_failed"] and len(env.verdicts[0]) == 1
+    assert not info["call_failed"] and len(env.episode.plan.verdicts[0]) == 1
 
 
 def test_a_verifier_whose_retriever_fails_reports_the_fallback():
     env, backend, *_ = first_dispatch()
     env.workers[0].retriever = FailingRetriever(env.workers[0].retriever)
     _, _, _, _, info = env.step(env.A_VERIFY)
-    assert not info["call_failed"] and env.trace[-1][1].retrieved == ()
-    assert info["retrieval_fallback"] is True and env.retrieval_fallbacks == 1
+    assert not info["call_failed"] and env.episode.trace[-1][1].retrieved == ()
+    assert info["retrieval_fallback"] is True and env.episode.retrieval_fallbacks == 1
 
 
 # -- planner faults -------------------------------------------------------------------------------------------------
@@ -381,9 +381,9 @@ def test_malformed_plan_json_gets_one_repair_call_and_both_are_charged():
     planner = [r for r in backend.requests if r.role == "planner"]
     assert len(planner) == 2 and planner[0].instruction == PLAN_INSTRUCTION
     assert planner[1].instruction.startswith("Your previous plan was invalid (invalid JSON")
-    assert env.plan.source == "repaired" and obs["plan"][obs_lib.P_REPAIRED] == 1.0
+    assert env.episode.plan.source == "repaired" and obs["plan"][obs_lib.P_REPAIRED] == 1.0
     _, _, _, _, info = step_checked(env, checker, info, 1)
-    assert info["cost"]["calls"] == 2 + env.trace[-1][3].attempts  # both planner calls, then the dispatch
+    assert info["cost"]["calls"] == 2 + env.episode.trace[-1][3].attempts  # both planner calls, then the dispatch
     assert "repaired" in env.render()
 
 
@@ -398,8 +398,8 @@ def test_an_invalid_plan_is_repaired_with_the_error_quoted(bad):
     assert first.instruction == PLAN_INSTRUCTION
     assert repair.instruction == REPAIR_INSTRUCTION.format(error=str(excinfo.value))
     assert repair.seed != first.seed  # a fresh sample, not the same reply again
-    assert env.plan.source == "repaired" and obs["plan"][obs_lib.P_REPAIRED] == 1.0
-    assert obs["plan"][obs_lib.P_FALLBACK] == 0.0 and env.failed_calls == 0  # a bad plan is not a failed call
+    assert env.episode.plan.source == "repaired" and obs["plan"][obs_lib.P_REPAIRED] == 1.0
+    assert obs["plan"][obs_lib.P_FALLBACK] == 0.0 and env.episode.failed_calls == 0  # a bad plan is not a failed call
     step_checked(env, checker, info, 1)
 
 
@@ -409,10 +409,10 @@ def test_two_invalid_plans_give_the_fallback_plan_of_the_tasks_shape_and_the_epi
     obs, info = reset_checked(env, checker)
     with pytest.raises(PlanError) as excinfo:
         parse_plan(BAD_TEXTS["cut_json"], env.config.max_subtasks)
-    assert env.trace[1] == ("plan_fallback", str(excinfo.value))
+    assert env.episode.trace[1] == ("plan_fallback", str(excinfo.value))
     # a support task: a lookup with the customer's message, then the reply written from it
-    assert env.plan.source == "fallback" and [s.label for s in env.plan.steps] == ["lookup", "write"]
-    assert env.plan.steps[0].instruction == env.task.text and env.plan.steps[1].deps == (0,)
+    assert env.episode.plan.source == "fallback" and [s.label for s in env.episode.plan.steps] == ["lookup", "write"]
+    assert env.episode.plan.steps[0].instruction == env.episode.task.text and env.episode.plan.steps[1].deps == (0,)
     assert obs["plan"][obs_lib.P_FALLBACK] == 1.0 and obs["plan"][obs_lib.P_CONF_GIVEN] == 0.0
     assert obs["plan"][obs_lib.P_LEN] == pytest.approx(2 / env.config.max_subtasks)
     assert obs["subtasks"][2:, obs_lib.C_PRESENT].sum() == 0
@@ -420,7 +420,7 @@ def test_two_invalid_plans_give_the_fallback_plan_of_the_tasks_shape_and_the_epi
     # both planner calls are charged on the first step; the fallback plan is worked like any other
     _, reward, _, _, info = step_checked(env, checker, info, 1)
     assert info["cost"]["calls"] == 3 and reward < 0
-    assert env.current_step == 1 and info["action_mask"][: env.n_dispatch].sum() > 0
+    assert env.episode.plan.current_step == 1 and info["action_mask"][: env.n_dispatch].sum() > 0
     _, _, terminated, _, info = step_checked(env, checker, info, env.A_SUBMIT)
     assert terminated and info["episode_stats"]["failed_calls"] == 0 and info["episode_stats"]["calls"] == 3
 
@@ -431,13 +431,13 @@ def test_planner_call_failures_are_charged_and_counted_then_fall_back():
     obs, info = reset_checked(env, checker)
     first, repair = backend.requests
     assert repair.instruction.startswith("Your previous plan was invalid (RuntimeError: planner backend exploded")
-    assert env.plan.source == "fallback" and env.trace[1][0] == "plan_fallback"
-    assert env.trace[1][1].startswith("InvalidGenerationError")
-    assert env.failed_calls == 2 and env.call_retries == 0  # neither fault is transient
+    assert env.episode.plan.source == "fallback" and env.episode.trace[1][0] == "plan_fallback"
+    assert env.episode.trace[1][1].startswith("InvalidGenerationError")
+    assert env.episode.failed_calls == 2 and env.episode.call_retries == 0  # neither fault is transient
     tokens_a, latency_a = planner_attempt_cost(env, backend, first, "error")
     tokens_b, latency_b = planner_attempt_cost(env, backend, repair, "error")
     _, _, _, _, info = step_checked(env, checker, info, 0)  # worker 0, no retrieval
-    rec = env.trace[-1][3]
+    rec = env.episode.trace[-1][3]
     assert info["cost"]["calls"] == 2 + rec.cost.calls
     assert info["cost"]["tokens"] == tokens_a + tokens_b + rec.cost.tokens
     assert info["cost"]["latency_s"] == pytest.approx(latency_a + latency_b + rec.cost.latency_s)
@@ -458,7 +458,7 @@ def test_planner_transient_faults_are_retried_with_backoff_and_charged(faults, s
     env, backend = make_env({"planner": faults}, backend_timeout_s=5.0)
     checker = EpisodeChecker()
     _, info = reset_checked(env, checker)
-    assert env.plan.source == source and (env.failed_calls, env.call_retries) == (failed, retries)
+    assert env.episode.plan.source == source and (env.episode.failed_calls, env.episode.call_retries) == (failed, retries)
     assert backend.faults("planner") == faults + ["ok"] * (len(backend.requests) - len(faults))
     # every attempt is charged; every retry waited its back-off (0.5 s, then 1 s)
     charged = [
@@ -466,7 +466,7 @@ def test_planner_transient_faults_are_retried_with_backoff_and_charged(faults, s
     ]
     backoff = [0.0, 0.5, 1.5][retries]
     _, _, _, _, info = step_checked(env, checker, info, 0)
-    rec = env.trace[-1][3]
+    rec = env.episode.trace[-1][3]
     assert info["cost"]["calls"] == len(charged) + rec.cost.calls
     assert info["cost"]["tokens"] == sum(t for t, _ in charged) + rec.cost.tokens
     assert info["cost"]["latency_s"] == pytest.approx(backoff + sum(lat for _, lat in charged) + rec.cost.latency_s)
@@ -477,11 +477,15 @@ def test_replan_with_invalid_plans_falls_back_mid_episode_and_charges_the_planne
     checker = EpisodeChecker()
     _, info = reset_checked(env, checker)
     _, _, _, _, info = step_checked(env, checker, info, 1)
-    assert env.results[0] is not None
+    assert env.episode.plan.results[0] is not None
     backend.inject("planner", "text:no_steps", "text:unknown_domain")
     obs, reward, _, _, info = step_checked(env, checker, info, env.A_REPLAN)
-    assert [e[0] for e in env.trace[-2:]] == ["plan_fallback", "replan"]
-    assert env.plan.source == "fallback" and env.results == [None, None] and env.current_step == 0
+    assert [e[0] for e in env.episode.trace[-2:]] == ["plan_fallback", "replan"]
+    assert (
+        env.episode.plan.source == "fallback"
+        and env.episode.plan.results == [None, None]
+        and env.episode.plan.current_step == 0
+    )
     assert info["event"] == "replan" and info["cost"]["calls"] == 2 and reward < 0
     assert obs["plan"][obs_lib.P_FALLBACK] == 1.0 and obs["plan"][obs_lib.P_REPLANS] > 0
     assert "planner gave no valid plan" in env.render()
@@ -507,7 +511,7 @@ def test_a_deeply_nested_planner_reply_is_an_invalid_plan_not_a_crash():
     cfg = EDOConfig.from_kwargs(tasks=SMALL_TASKS)
     env = EDOEnv(cfg, backend=NestingPlanner(simulated_backend(cfg)))
     env.reset(seed=0, options={"task_id": TASK_ID})
-    assert env.plan.source == "repaired"
+    assert env.episode.plan.source == "repaired"
 
 
 def test_a_replan_whose_planner_calls_fail_reports_the_failure_in_info():
@@ -516,7 +520,7 @@ def test_a_replan_whose_planner_calls_fail_reports_the_failure_in_info():
     env.step(1)
     backend.inject("planner", "error", "error")
     _, _, _, _, info = env.step(env.A_REPLAN)
-    assert info["cost"]["calls"] == 2 and env.plan.source == "fallback"
+    assert info["cost"]["calls"] == 2 and env.episode.plan.source == "fallback"
     assert info["call_failed"] is True and info["call_error"].startswith("RuntimeError: planner backend exploded")
     assert info["backend_attempts"] == 2
 
@@ -531,13 +535,13 @@ def test_failures_do_not_leak_into_the_next_episode():
         obs, _, terminated, truncated, info = env.step(int(rng.choice(np.flatnonzero(info["action_mask"]))))
         if terminated or truncated:
             break
-    assert env.failed_calls + env.call_retries > 0
+    assert env.episode.failed_calls + env.episode.call_retries > 0
     backend.rate = 0.0
     checker = EpisodeChecker()
     obs, info = env.reset(seed=2)
     checker.after_reset(env, obs, info)
-    assert (env.failed_calls, env.call_retries, env.retrieval_fallbacks) == (0, 0, 0)
-    assert env.plan.source == "planner"
+    assert (env.episode.failed_calls, env.episode.call_retries, env.episode.retrieval_fallbacks) == (0, 0, 0)
+    assert env.episode.plan.source == "planner"
     assert "failed calls" not in env.render() and "retries" not in env.render()
     mask = info["action_mask"]
     obs, reward, terminated, truncated, info = env.step(1)
@@ -562,7 +566,7 @@ def test_random_faults_everywhere_keep_every_invariant():
     for episode in range(25):
         obs, info = env.reset(seed=episode)
         checker.after_reset(env, obs, info)
-        sources.add(env.plan.source)
+        sources.add(env.episode.plan.source)
         while True:
             mask = info["action_mask"]
             a = int(rng.choice(np.flatnonzero(mask))) if rng.random() < 0.9 else int(rng.integers(env.n_actions))
@@ -570,7 +574,7 @@ def test_random_faults_everywhere_keep_every_invariant():
             checker.after_step(env, a, mask, obs, reward, terminated, truncated, info)
             events.add(info["event"])
             if info["event"] == "replan":
-                sources.add(env.plan.source)
+                sources.add(env.episode.plan.source)
             if terminated or truncated:
                 totals["failed"] += info["episode_stats"]["failed_calls"]
                 totals["fallbacks"] += info["episode_stats"]["retrieval_fallbacks"]
@@ -617,9 +621,9 @@ def test_retriever_failure_falls_back_to_answering_without_retrieval(mode):
     checker = EpisodeChecker()
     _, info = reset_checked(env, checker)
     obs, _, _, _, info = step_checked(env, checker, info, 1)  # worker 0 with retrieval
-    rec = env.trace[-1][3]
+    rec = env.episode.trace[-1][3]
     assert info["retrieval_fallback"] is True and info["call_failed"] is False
-    assert env.retrieval_fallbacks == 1 and not rec.used_retrieval and rec.retrieved == ()
+    assert env.episode.retrieval_fallbacks == 1 and not rec.used_retrieval and rec.retrieved == ()
     assert rec.retrieval_error.startswith("InternalError" if mode == "raise" else "retriever returned unknown")
     # it answered exactly as without retrieval, and paid for the retrieval it tried
     assert (rec.text, rec.cost.prompt_tokens, rec.cost.completion_tokens) == (
@@ -641,12 +645,12 @@ def test_chromadb_error_in_a_real_shard_retriever():
     env.workers[0].retriever = broken
     env.reset(seed=0, options={"task_id": TASK_ID})  # step 1 is a shipping lookup, in worker 0's shard
     _, _, _, _, info = env.step(0)
-    assert info["retrieval_fallback"] and "malformed" in env.trace[-1][3].retrieval_error
+    assert info["retrieval_fallback"] and "malformed" in env.episode.trace[-1][3].retrieval_error
     assert len(broken.memo) == 0  # a failure is never memoised
     env.workers[0].retriever = real
     env.step(env.A_ROLLBACK)
     _, _, _, _, info = env.step(0)
-    assert not info["retrieval_fallback"] and env.trace[-1][3].retrieved
+    assert not info["retrieval_fallback"] and env.episode.trace[-1][3].retrieved
 
 
 def _flaky_lazy_retriever(env) -> tuple[ShardRetriever, list[int]]:
@@ -673,11 +677,11 @@ def test_a_shard_collection_that_cannot_be_built_is_retried_at_the_next_search()
     lazy, builds = _flaky_lazy_retriever(env)
     env.reset(seed=0, options={"task_id": TASK_ID})
     _, _, _, _, info = env.step(0)
-    assert info["retrieval_fallback"] and "database is locked" in env.trace[-1][3].retrieval_error
+    assert info["retrieval_fallback"] and "database is locked" in env.episode.trace[-1][3].retrieval_error
     assert lazy.collection is None and len(builds) == 1
     env.step(env.A_ROLLBACK)
     _, _, _, _, info = env.step(0)
-    rec = env.trace[-1][3]
+    rec = env.episode.trace[-1][3]
     assert not info["retrieval_fallback"] and len(builds) == 2 and lazy.collection is not None
     assert rec.retrieved == real.search(rec.instruction, env.config.workers[0].top_k)
 
@@ -691,7 +695,7 @@ def test_a_shard_collection_that_cannot_be_built_at_reset_warns_and_is_built_at_
         env.reset(seed=0, options={"task_id": TASK_ID})
     assert lazy.collection is None and len(builds) == 1
     _, _, _, _, info = env.step(0)
-    rec = env.trace[-1][3]
+    rec = env.episode.trace[-1][3]
     assert not info["retrieval_fallback"] and len(builds) == 2 and lazy.collection is not None
     assert rec.retrieved == real.search(rec.instruction, env.config.workers[0].top_k)
 

@@ -38,7 +38,7 @@ def test_every_id_renders_in_every_mode(make_env, env_id, render_mode, capsys):
     env.step(_first_legal(obs, env.unwrapped))
     capsys.readouterr()
     out = env.render()
-    task_text = env.unwrapped.task.text
+    task_text = env.unwrapped.episode.task.text
     if render_mode == "ansi":
         assert isinstance(out, str) and task_text in out
     elif render_mode == "human":

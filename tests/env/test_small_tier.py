@@ -43,14 +43,14 @@ def test_rule_plans_are_faithful_for_every_family_and_cost_nothing(env_id):
         for task_id in range(30):
             env.reset(seed=task_id, options={"task_id": task_id})
             hidden = base.hidden_state()
-            assert base.plan.source == "rules", base.task.text
-            assert hidden["plan_faithful"] and not any(hidden["label_wrong"]), base.task.text
-            assert len(base.plan.steps) == len(base.task.subtasks)
-            families.add(base.task.family)
+            assert base.episode.plan.source == "rules", base.episode.task.text
+            assert hidden["plan_faithful"] and not any(hidden["label_wrong"]), base.episode.task.text
+            assert len(base.episode.plan.steps) == len(base.episode.task.subtasks)
+            families.add(base.episode.task.family)
         assert families == {"support", "multihop", "analytics"}
         assert base.backend.calls == 0  # the simulated planner was never asked
         env.step(base.A_SUBMIT)
-        assert base.tokens == 0  # nothing charged for the plan
+        assert base.episode.tokens == 0  # nothing charged for the plan
     finally:
         env.close()
 
@@ -93,7 +93,7 @@ def _second_hop_request(linking: str, lookup_inputs: bool) -> tuple[LLMRequest, 
         while not done and len({r.instruction for r in backend.requests}) < 2:
             obs, _, terminated, truncated, info = env.step(oracle.act_hidden(obs, info, base.hidden_state()))
             done = terminated or truncated
-        first_answer = base.task.subtasks[0].answer
+        first_answer = base.episode.task.subtasks[0].answer
         return backend.requests[-1], first_answer
     finally:
         env.close()

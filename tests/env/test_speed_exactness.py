@@ -37,17 +37,17 @@ def reference_observation(env: Any) -> dict[str, np.ndarray]:
     """The observation recomputed from scratch from the env's state (the code before the incremental version)."""
     cfg = env.config
     mask = env._mask()
-    n = len(env.plan.steps)
-    cur = env.current_step
+    n = len(env.episode.plan.steps)
+    cur = env.episode.plan.current_step
     sub = np.zeros((cfg.max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
-    for i, step in enumerate(env.plan.steps):
+    for i, step in enumerate(env.episode.plan.steps):
         sub[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0
         sub[i, O.C_DOMAIN + O.DOMAIN_INDEX[step.domain_label]] = 1.0
         sub[i, O.C_PRESENT] = 1.0
         sub[i, O.C_LATER] = float(any(d > i for d in step.deps))
     for i in range(n):
         row = sub[i]
-        r = env.results[i]
+        r = env.episode.plan.results[i]
         if r is not None:
             row[O.C_DONE] = 1.0
             if r.confidence is not None:
@@ -56,53 +56,53 @@ def reference_observation(env: Any) -> dict[str, np.ndarray]:
             row[O.C_RETR] = r.used_retrieval
             row[O.C_ABSTAIN] = r.abstained
             row[O.C_LINKED] = r.linked
-        v = env.verdicts[i]
+        v = env.episode.plan.verdicts[i]
         if v:
             row[O.C_OK - 1 + _VERDICT_CODE[v[-1]]] = 1.0
             row[O.C_NVERIFY] = min(1.0, len(v) / 4.0)
-        if env.attempts[i]:
-            row[O.C_ATTEMPTS] = min(1.0, env.attempts[i] / 4.0)
-        deps = env.plan.steps[i].deps
-        if not deps or all(env.results[d] is not None for d in deps):
+        if env.episode.plan.attempts[i]:
+            row[O.C_ATTEMPTS] = min(1.0, env.episode.plan.attempts[i] / 4.0)
+        deps = env.episode.plan.steps[i].deps
+        if not deps or all(env.episode.plan.results[d] is not None for d in deps):
             row[O.C_DEPS] = 1.0
     if cur >= 0:
         sub[cur, O.C_CURRENT] = 1.0
     plan = np.zeros(O.PLAN_FEATURES, dtype=np.float32)
     plan[O.P_LEN] = n / cfg.max_subtasks
-    if env.plan.confidence is not None:
-        plan[O.P_CONF] = env.plan.confidence
+    if env.episode.plan.confidence is not None:
+        plan[O.P_CONF] = env.episode.plan.confidence
         plan[O.P_CONF_GIVEN] = 1.0
-    plan[O.P_FALLBACK] = float(env.plan.source == "fallback")
-    plan[O.P_REPAIRED] = float(env.plan.source == "repaired")
+    plan[O.P_FALLBACK] = float(env.episode.plan.source == "fallback")
+    plan[O.P_REPAIRED] = float(env.episode.plan.source == "repaired")
     plan[O.P_CURRENT] = (cur if cur >= 0 else n) / cfg.max_subtasks
     plan[O.P_ALL_DONE] = float(cur < 0)
-    plan[O.P_REPLANS] = env.replans / max(1, cfg.max_replans)
-    if env.done_stack:
-        last = env.done_stack[-1]
-        rec = env.results[last]
+    plan[O.P_REPLANS] = env.episode.replans / max(1, cfg.max_replans)
+    if env.episode.plan.done_stack:
+        last = env.episode.plan.done_stack[-1]
+        rec = env.episode.plan.results[last]
         if rec is not None and rec.confidence is not None:
             plan[O.P_LAST_CONF] = rec.confidence
             plan[O.P_LAST_CONF_GIVEN] = 1.0
-        if env.verdicts[last]:
-            plan[O.P_LAST_OK - 1 + _VERDICT_CODE[env.verdicts[last][-1]]] = 1.0
+        if env.episode.plan.verdicts[last]:
+            plan[O.P_LAST_OK - 1 + _VERDICT_CODE[env.episode.plan.verdicts[last][-1]]] = 1.0
     lim = float(env.step_limit)
     workers = env._worker_static.copy()
-    np.minimum(env._worker_counts * (1.0 / lim), 1.0, out=workers[:, O.W_CALLS : O.W_VERIFIED + 1])
+    np.minimum(env.episode.worker_counts * (1.0 / lim), 1.0, out=workers[:, O.W_CALLS : O.W_VERIFIED + 1])
     budget = np.array(
         [
-            min(1.0, env.tokens / env.token_budget),
-            min(1.0, env.calls / lim),
-            min(1.0, env.latency_s / cfg.latency_budget_s),
-            min(1.0, env.steps / lim),
-            min(1.0, env.illegal_actions / lim),
+            min(1.0, env.episode.tokens / env.token_budget),
+            min(1.0, env.episode.calls / lim),
+            min(1.0, env.episode.latency_s / cfg.latency_budget_s),
+            min(1.0, env.episode.steps / lim),
+            min(1.0, env.episode.illegal_actions / lim),
         ],
         dtype=np.float32,
     )
-    obs = {"task": env._task_features[env.task.task_id].copy(), "plan": plan, "subtasks": sub, "workers": workers}
+    obs = {"task": env._task_features[env.episode.task.task_id].copy(), "plan": plan, "subtasks": sub, "workers": workers}
     obs["budget"] = budget
     if cfg.history_len > 0:
         hist = np.zeros((cfg.history_len, env.n_actions), dtype=np.float32)
-        for k, a in enumerate(reversed(env.history)):
+        for k, a in enumerate(reversed(env.episode.history)):
             hist[k, a] = 1.0
         obs["history"] = hist
     if cfg.focus_view:
@@ -115,7 +115,7 @@ def reference_focus_view(env: Any, sub: np.ndarray) -> dict[str, np.ndarray]:
     """The pointer-free view recomputed from the episode's trace (dispatches, verdicts, rollbacks since the plan)."""
     W = len(env.workers)
     counts = producer = verdict_of = None
-    for entry in env.trace:
+    for entry in env.episode.trace:
         if entry[0] in ("plan", "replan"):
             n = len(entry[1].steps)
             counts, producer, verdict_of = np.zeros((n, W, 3)), [-1] * n, [{} for _ in range(n)]
@@ -131,15 +131,15 @@ def reference_focus_view(env: Any, sub: np.ndarray) -> dict[str, np.ndarray]:
         elif entry[0] == "rollback":
             producer[entry[1]], verdict_of[entry[1]] = -1, {}
     tried = np.zeros((W, O.TRIED_FEATURES), dtype=np.float32)
-    cur = env.current_step
+    cur = env.episode.plan.current_step
     current = sub[cur].copy() if cur >= 0 else np.zeros(O.SUBTASK_FEATURES, dtype=np.float32)
     if cur >= 0:
         tried[:, O.T_NO_RETRIEVAL] = np.minimum(counts[cur, :, 0] / 4.0, 1.0)
         tried[:, O.T_RETRIEVAL] = np.minimum(counts[cur, :, 1] / 4.0, 1.0)
         tried[:, O.T_ABSTAINED] = counts[cur, :, 2]
     last = np.zeros(O.SUBTASK_FEATURES, dtype=np.float32)
-    if env.done_stack:
-        j = env.done_stack[-1]
+    if env.episode.plan.done_stack:
+        j = env.episode.plan.done_stack[-1]
         last = sub[j].copy()
         if producer[j] >= 0:
             tried[producer[j], O.T_PRODUCED] = 1.0

@@ -39,7 +39,7 @@ def test_off_by_default_and_in_the_space_when_on(make_env):
         base = env.unwrapped
         while True:
             assert env.observation_space.contains(obs)
-            step, plan = plan_text_features(base.task.text, tuple(s.instruction for s in base.plan.steps), 6)
+            step, plan = plan_text_features(base.episode.task.text, tuple(s.instruction for s in base.episode.plan.steps), 6)
             np.testing.assert_array_equal(obs["step_text"], step)  # follows replans
             np.testing.assert_array_equal(obs["plan_text"], plan)
             obs, _, terminated, truncated, _ = env.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))

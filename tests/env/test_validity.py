@@ -100,7 +100,7 @@ def test_planner_confidence_is_informative_but_not_separating(env, base):
     conf, faithful = [], []
     for seed in range(400):
         env.reset(seed=seed)
-        conf.append(base.plan.confidence)
+        conf.append(base.episode.plan.confidence)
         faithful.append(base.hidden_state()["plan_faithful"])
     auc = roc_auc(np.asarray(conf), np.asarray(faithful))
     assert 0.55 < auc < 0.8, auc
@@ -113,8 +113,8 @@ def test_shape_keeping_planner_errors_occur(env, base):
     for seed in range(300):
         env.reset(seed=seed)
         hidden = base.hidden_state()
-        same_len = len(base.plan.steps) == len(base.task.subtasks)
-        ordered = all(d < i for i, s in enumerate(base.plan.steps) for d in s.deps)
+        same_len = len(base.episode.plan.steps) == len(base.episode.task.subtasks)
+        ordered = all(d < i for i, s in enumerate(base.episode.plan.steps) for d in s.deps)
         kept_shape += (not hidden["plan_faithful"]) and same_len and ordered
     assert kept_shape >= 10
 
@@ -173,7 +173,7 @@ def _run_until_result(env, seed: int) -> int:
     """Reset and dispatch the first step with retrieval on its cheapest covering worker; returns that worker."""
     obs, info = env.reset(seed=seed)
     base = env.unwrapped
-    step = base.plan.steps[0]
+    step = base.episode.plan.steps[0]
     w = next((i for i, s in enumerate(base.config.workers) if step.domain_label in s.shard), 0)
     env.step(2 * w + 1)  # dispatch(w, retrieval)
     return w
@@ -181,14 +181,14 @@ def _run_until_result(env, seed: int) -> int:
 
 def test_verify_is_a_charged_call(env, base):
     _run_until_result(env, seed=1)
-    before = (base.tokens, base.calls, base.latency_s)
+    before = (base.episode.tokens, base.episode.calls, base.episode.latency_s)
     verifier = len(base.workers) - 1
     _, reward, _, _, info = env.step(base.A_VERIFY + verifier)
     assert info["event"] == "verify"
     assert info["cost"]["tokens"] > 50 and info["cost"]["calls"] == 1 and info["cost"]["latency_s"] > 0
     assert reward < 0
-    assert (base.tokens, base.calls) == (before[0] + info["cost"]["tokens"], before[1] + 1)
-    assert base.trace[-1][0] == "verify" and base.trace[-1][1].verdict in ("ok", "flagged", "unsure")
+    assert (base.episode.tokens, base.episode.calls) == (before[0] + info["cost"]["tokens"], before[1] + 1)
+    assert base.episode.trace[-1][0] == "verify" and base.episode.trace[-1][1].verdict in ("ok", "flagged", "unsure")
 
 
 def test_verifier_judges_from_its_own_evidence(base):
@@ -214,9 +214,11 @@ def test_verifier_judges_from_its_own_evidence(base):
 
 def test_rollback_keeps_the_discarded_work_charged_and_adds_coordination(env, base):
     _run_until_result(env, seed=2)
-    tokens = base.tokens
+    tokens = base.episode.tokens
     _, reward, _, _, info = env.step(base.A_ROLLBACK)
-    assert info["cost"]["tokens"] == base.config.rollback_tokens and base.tokens == tokens + base.config.rollback_tokens
+    assert (
+        info["cost"]["tokens"] == base.config.rollback_tokens and base.episode.tokens == tokens + base.config.rollback_tokens
+    )
     assert reward < 0
 
 

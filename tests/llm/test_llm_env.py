@@ -27,7 +27,7 @@ def _episode(env, seed: int) -> list:
     verified = False
     while True:
         action = policy.act(obs, info)
-        if not verified and env.unwrapped.done_stack:
+        if not verified and env.unwrapped.episode.plan.done_stack:
             action, verified = env.unwrapped.A_VERIFY + 3, True
         obs, reward, terminated, truncated, info = env.step(action)
         out.append((obs, reward, terminated, truncated, info))
@@ -59,7 +59,7 @@ def test_an_episode_over_http_then_replayed_with_the_server_stopped(tmp_path):
         assert live.counts.real > 0
     stats = recorded[-1][4]["episode_stats"]
     assert stats["calls"] >= 3 and stats["tokens"] > 0
-    trace = env.unwrapped.trace
+    trace = env.unwrapped.episode.trace
     assert any(e[0] == "dispatch" for e in trace) and any(e[0] == "verify" for e in trace)
     # the server is gone: replay answers every request from the cache, identically
     offline = CachedBackend(OpenAIBackend("http://127.0.0.1:9/v1", model, timeout_s=2, retries=0), tmp_path, mode="replay")
@@ -74,8 +74,8 @@ def test_a_replay_miss_is_a_clear_error_reported_as_a_failed_call(tmp_path):
     env = gym.make("EDO-v0", backend=offline)
     obs, info = env.reset(seed=0)
     base = env.unwrapped
-    assert base.plan.source == "fallback"  # the planner's request was not recorded: charged, then the fallback plan
-    assert any(e[0] == "plan_fallback" and "replay" in e[1].lower() for e in base.trace)
+    assert base.episode.plan.source == "fallback"  # the planner's request was not recorded: charged, then the fallback plan
+    assert any(e[0] == "plan_fallback" and "replay" in e[1].lower() for e in base.episode.trace)
     _, _, _, _, info = env.step(0)
     assert info["call_failed"] and "replay" in info["call_error"].lower()
 

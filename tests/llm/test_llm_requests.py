@@ -65,13 +65,13 @@ def test_every_plan_the_simulated_planner_writes_for_its_gold_decomposition_fits
     checked = 0
     for seed in range(40):
         env.reset(seed=seed)
-        if base.plan.source != "planner":
+        if base.episode.plan.source != "planner":
             continue
         steps = [
             {"type": s.label, "domain": s.domain_label, "instruction": s.instruction, "inputs": [d + 1 for d in s.deps]}
-            for s in base.plan.steps
+            for s in base.episode.plan.steps
         ]
-        if all(d < k for k, s in enumerate(base.plan.steps) for d in s.deps):  # a reordered plan reads a later step
+        if all(d < k for k, s in enumerate(base.episode.plan.steps) for d in s.deps):  # a reordered plan reads a later step
             assert _valid(schema, {"steps": steps}), steps
             checked += 1
     assert checked >= 30

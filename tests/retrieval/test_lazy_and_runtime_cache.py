@@ -69,7 +69,7 @@ def test_lazy_batches_are_bit_identical_to_the_one_go_build(tmp_path, warm_env):
     chosen = [int(tasks._batches[b][0]) for b in (0, 3, 7)] + [int(last[-1])]
     for tid in chosen:
         env.reset(options={"task_id": int(np.flatnonzero(env.pool.ids == tid)[0])})
-        assert env.task.task_id == tid
+        assert env.episode.task.task_id == tid
         assert np.array_equal(env._task_features[tid], warm_env._task_features[tid]), tid
         assert np.array_equal(tasks.row(tid), warm_env._task_vectors.row(tid)), tid
         rows = tasks.batch_rows(tid)
@@ -104,7 +104,7 @@ def test_lazy_batches_are_shared_between_processes_through_the_runtime_cache(tmp
     again.reset(seed=0)
     assert again._task_vectors.batches_built == 0  # read from the run-time cache
     assert np.array_equal(again._task_obs, env._task_obs)
-    assert np.array_equal(again._task_obs, warm_env._task_features[env.task.task_id])
+    assert np.array_equal(again._task_obs, warm_env._task_features[env.episode.task.task_id])
 
 
 def test_eager_mode_builds_everything_at_start(tmp_path, small_world_kwargs):

@@ -82,23 +82,23 @@ def test_compute_family_holds_the_envs_own_query_of_a_mislabelled_compute_step(s
     checked = 0
     for seed in range(200):
         env.reset(seed=seed)
-        steps = base.plan.steps
+        steps = base.episode.plan.steps
         compute = [i for i, step in enumerate(steps) if parse_compute(step.instruction) is not None]
         if not compute or steps[compute[0]].label != "lookup":
             continue
         i = compute[0]
-        gold = [sub.answer for sub in base.task.subtasks[:-1]]
-        assert [base.task.subtasks[d].answer for d in base.task.subtasks[-1].deps] == gold
+        gold = [sub.answer for sub in base.episode.task.subtasks[:-1]]
+        assert [base.episode.task.subtasks[d].answer for d in base.episode.task.subtasks[-1].deps] == gold
         for abstained in ((), (0,)):
             for d in range(i):  # what a worker's record holds: the gold figure, or an abstention
-                base.results[d] = _Answer(ABSTAIN_TEXT if d in abstained else gold[d])
+                base.episode.plan.results[d] = _Answer(ABSTAIN_TEXT if d in abstained else gold[d])
             query = retrieval_query(steps[i].label, base._filled(i)[0])
             if abstained:  # not listed (see analytics_compute_queries); the env built it from the abstention
                 assert query not in listed and ABSTAIN_TEXT.rstrip(".") in query, query
                 continue
-            assert query in listed and query == analytics_compute_queries(base.task)[0], query
+            assert query in listed and query == analytics_compute_queries(base.episode.task)[0], query
             checked += 1
-        base.results[:] = [None] * len(base.results)
+        base.episode.plan.results[:] = [None] * len(base.episode.plan.results)
     assert checked >= 3  # the planner mislabelled a compute step as a lookup at least once
 
 
