@@ -130,6 +130,12 @@ class TaskConfig:
     #: Which part of the pool this env samples: ``train``, ``test`` (held out) or ``all``.
     split: str = "train"
     test_fraction: float = 0.2
+    #: Share of the tasks whose text is composed from varied parts (synonyms, question frames, clause order, extra
+    #: context, indirect references; :mod:`edo_gym.world.phrasing`) instead of its family's canonical template. Tasks
+    #: of the ``train`` split use training parts only; ``test`` tasks use compositions with a held-out part, which no
+    #: training task and no rule-based component of the package (the ``rules`` planner) knows. The structure, gold
+    #: answers and split never depend on it; 0.0 keeps every canonical text (the pool exactly as without phrasing).
+    phrasing_rate: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "TaskConfig"
@@ -150,6 +156,7 @@ class TaskConfig:
         _check_int(owner, "seed", self.seed, 0)
         _check_choice(owner, "split", self.split, TASK_SPLITS)
         _check_float(owner, "test_fraction", self.test_fraction, 0.0, 0.9, low_open=True)
+        _check_float(owner, "phrasing_rate", self.phrasing_rate, 0.0, 1.0)
 
 
 @dataclass(frozen=True)

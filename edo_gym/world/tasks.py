@@ -6,6 +6,9 @@ chain or a small DAG), a gold answer and a horizon (``hops``). Three families:
 - ``support``: order -> tracking number -> carrier -> refund policy, then a written reply;
 - ``multihop``: a chain of ``hops`` relation lookups over people, companies and cities;
 - ``analytics``: collect ``hops`` revenue records, then compute their sum or maximum.
+
+Each relation and family has one canonical text template here; ``TaskConfig.phrasing_rate`` rewrites a share of the
+texts from varied parts, with held-out compositions for the test split (:mod:`edo_gym.world.phrasing`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 
 from edo_gym.config import TaskConfig
 from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, World
+from edo_gym.world.phrasing import Composition, rephrase
 from edo_gym.world.text import normalize
 
 _PHRASES = {
@@ -118,6 +122,10 @@ class TaskPool:
         n_test = max(1, int(round(config.test_fraction * config.n_tasks)))
         self.test_ids = np.sort(order[:n_test])
         self.train_ids = np.sort(order[n_test:])
+        # texts last, from generators of their own: the structure and the split above do not depend on the phrasing
+        #: Per task, the parts its text is composed of (:mod:`edo_gym.world.phrasing`), ``None`` for a canonical text.
+        self.compositions: list[Composition | None]
+        self.tasks, self.compositions = rephrase(self.tasks, self.test_ids, config)
         self.ids = {"train": self.train_ids, "test": self.test_ids, "all": np.arange(config.n_tasks)}[config.split]
 
     def _lookup(self, relation: str, subject: str, deps: tuple[int, ...], literal: str | None) -> Subtask:
