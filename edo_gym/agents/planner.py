@@ -16,10 +16,12 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from edo_gym.config import DOMAINS, SUBTASK_TYPES
-from edo_gym.world.generator import RELATIONS
-from edo_gym.world.language import compute_instruction, parse_noun_phrase, parse_question, question, reply_instruction
+from edo_gym.world import phrasing
+from edo_gym.world.generator import MONTHS, RELATIONS
+from edo_gym.world.language import compute_instruction, parse_question, question, reply_instruction
 from edo_gym.world.tasks import SUPPORT_TEXTS
 
 PLAN_FORMAT = (
@@ -175,20 +177,26 @@ _ANALYTICS = re.compile(
 _CUSTOMER = re.compile(r"\b(customer|ticket|reply|refund)\b", re.IGNORECASE)
 
 
-def _analytics_steps(text: str) -> tuple[PlanStep, ...] | None:
-    """One lookup per named store and a compute step over them, for a revenue question; ``None`` for other text."""
-    m = _ANALYTICS.match(text)
-    if not m:
-        return None
-    stores = [x.strip() for x in re.split(r",\s*|\s+and\s+", m.group("stores")) if x.strip()]
-    relation = RELATIONS.get(f"revenue_{m.group('month').lower()}")
+def _revenue_steps(op: str, stores: list[str], month: str) -> tuple[PlanStep, ...] | None:
+    """One lookup per store and a compute step (``op``) over them; ``None`` for an unknown month or no store."""
+    relation = RELATIONS.get(f"revenue_{month.lower()}")
     if relation is None or not stores:
         return None
     steps = [PlanStep("lookup", relation.domain, relation.question.format(x=store), ()) for store in stores]
-    op = "sum" if m.group("what") == "combined" else "max"
     refs = [f"{{{k}}}" for k in range(1, len(stores) + 1)]
     steps.append(PlanStep("compute", relation.domain, compute_instruction(op, refs), tuple(range(len(stores)))))
     return tuple(steps)
+
+
+def _analytics_steps(text: str) -> tuple[PlanStep, ...] | None:
+    """One lookup per named store and a compute step over them, for a revenue question in a training phrasing;
+    ``None`` for other text."""
+    m = _ANALYTICS.match(text)
+    if not m:
+        reading = _read_analytics(text)
+        return _revenue_steps(*reading) if reading is not None else None
+    stores = [x.strip() for x in re.split(r",\s*|\s+and\s+", m.group("stores")) if x.strip()]
+    return _revenue_steps("sum" if m.group("what") == "combined" else "max", stores, m.group("month"))
 
 
 def _chain_steps(relations: tuple[str, ...], subject: str) -> list[PlanStep]:
@@ -200,60 +208,217 @@ def _chain_steps(relations: tuple[str, ...], subject: str) -> list[PlanStep]:
 
 
 def _support_patterns() -> list[tuple[re.Pattern[str], tuple[str, ...]]]:
-    chains = {"order": ("shipment", "carrier", "refund_window"), "shipment": ("carrier", "refund_window"),
-              "carrier": ("refund_window",)}  # fmt: skip
     out = []
     for start, texts in SUPPORT_TEXTS.items():
         for template in texts:
             pattern = "^" + re.escape(template).replace(re.escape("{x}"), r"(?P<x>.+?)") + "$"
-            out.append((re.compile(pattern), chains[start]))
+            out.append((re.compile(pattern), _SUPPORT_CHAINS[start]))
     return out
 
 
+_SUPPORT_CHAINS: dict[str, tuple[str, ...]] = {
+    "order": ("shipment", "carrier", "refund_window"), "shipment": ("carrier", "refund_window"), "carrier": ("refund_window",),
+}  # fmt: skip
 _SUPPORT_PATTERNS: list[tuple[re.Pattern[str], tuple[str, ...]]] = []
 
 
+# -- the training phrasings (edo_gym.world.phrasing), read from its training parts only ------------------------------
+#: A name as the world writes them: capitalised words (``Mara Quell``, ``ORD-VARBEL-37``, ``Northway Post``).
+_NAME = re.compile(r"[A-Z0-9][\w-]*(?: [A-Z0-9][\w-]*)*")
+#: Deepest noun phrase read (hops); deeper phrases are of no form the reader knows.
+_MAX_DEPTH = 32
+
+
+def _slot_regex(template: str, slots: dict[str, str]) -> re.Pattern[str]:
+    """``template`` as an anchored regex: each ``{slot}`` named in ``slots`` becomes a group matching its pattern."""
+    out = []
+    for piece in re.split(r"(\{\w+\})", template):
+        name = piece[1:-1]
+        out.append(f"(?P<{name}>{slots[name]})" if piece[:1] == "{" and name in slots else re.escape(piece))
+    return re.compile("^" + "".join(out) + "$")
+
+
+def _alternatives(texts: list[str]) -> str:
+    return "(?:" + "|".join(re.escape(t) for t in texts) + ")"
+
+
+@lru_cache(maxsize=1)
+def _readers() -> dict[str, list]:
+    """The regexes of the training parts, built once."""
+    any_text = {"q": ".+", "x": ".+", "m": ".+", "np": ".+", "s": ".+", "names": ".+"}
+    stores = []
+    for part in phrasing.training(phrasing.STORE_LISTS):
+        plural, singular = part.template.split("|")
+        stores += [(_slot_regex(plural, any_text), True), (_slot_regex(singular, any_text), False)]
+    return {
+        "frames": [_slot_regex(p.template, any_text) for p in phrasing.training(phrasing.FRAMES)],
+        "synonyms": [
+            (rel, _slot_regex(p.template, any_text))
+            for rel, parts in phrasing.SYNONYMS.items()
+            for p in phrasing.training(parts)
+        ],
+        "contexts": [p.template + " " for p in phrasing.training(phrasing.CONTEXTS)],
+        "envelopes": [_slot_regex(p.template, any_text) for p in phrasing.training(phrasing.ENVELOPES)],
+        "support_contexts": [p.template + " " for p in phrasing.training(phrasing.SUPPORT_CONTEXTS)],
+        "orders": [
+            _slot_regex(
+                p.template, {"c": ".+", "r": _alternatives([q.template for q in phrasing.training(phrasing.QUESTIONS)])}
+            )
+            for p in phrasing.training(phrasing.ORDERS)
+        ],
+        "complaints": [
+            re.compile("^(?P<ref>.+) " + _alternatives([c.template for c in phrasing.training(phrasing.COMPLAINTS)]) + "$")
+        ],
+        "references": [
+            (kind, _slot_regex(p.template[:1].upper() + p.template[1:], any_text))
+            for kind, parts in phrasing.REFERENCES.items()
+            for p in phrasing.training(parts)
+        ],
+        "analytics_frames": [
+            _slot_regex(p.template, {"np": ".+", "month": _alternatives(list(MONTHS))})
+            for p in phrasing.training(phrasing.ANALYTICS_FRAMES)
+        ],
+        "operations": [
+            (op, _slot_regex(p.template, any_text))
+            for op, parts in phrasing.OPERATIONS.items()
+            for p in phrasing.training(parts)
+        ],
+        "stores": stores,
+    }
+
+
+def _bodies(text: str, contexts: list[str]) -> list[str]:
+    """``text``, and ``text`` without a training context sentence in front."""
+    return [text] + [text[len(c) :] for c in contexts if text.startswith(c)]
+
+
+def _read_phrase(phrase: str, depth: int = 0) -> list[tuple[tuple[str, ...], str]]:
+    """Every reading ``(relations, subject)`` of a noun phrase in training synonyms whose hops chain (each relation
+    reads the kind of value the previous one gives), innermost relation first; ``((), name)`` for a bare name."""
+    out: list[tuple[tuple[str, ...], str]] = [((), phrase)] if _NAME.fullmatch(phrase) else []
+    if depth >= _MAX_DEPTH:
+        return out
+    for rel, pattern in _readers()["synonyms"]:
+        m = pattern.match(phrase)
+        if m is None:
+            continue
+        for relations, subject in _read_phrase(m.group("x"), depth + 1):
+            if not relations or RELATIONS[relations[-1]].value_kind == RELATIONS[rel].subject_kind:
+                out.append(((*relations, rel), subject))
+    return out
+
+
+def _one(readings: set) -> Any:
+    """The one reading, or ``None`` where there is none or the text reads several ways."""
+    return next(iter(readings)) if len(readings) == 1 else None
+
+
+@lru_cache(maxsize=50_000)
+def _read_multihop(text: str) -> tuple[tuple[str, ...], str] | None:
+    """``(relations, subject)`` of a question in a training frame over training synonyms, or ``None``."""
+    readers = _readers()
+    readings = set()
+    for body in _bodies(text, readers["contexts"]):
+        for frame in readers["frames"]:
+            m = frame.match(body)
+            if m is not None:
+                readings.update(r for r in _read_phrase(m.group("q")) if r[0])
+    return _one(readings)
+
+
+@lru_cache(maxsize=50_000)
+def _read_support(text: str) -> tuple[tuple[str, ...], str] | None:
+    """``(relations, subject)`` of a customer's refund question in training parts: the lookups from what the message
+    names (an order, a shipment or a carrier) to the refund window; ``None`` for other text."""
+    readers = _readers()
+    readings = set()
+    for envelope in readers["envelopes"]:
+        m = envelope.match(text)
+        if m is None:
+            continue
+        for body in _bodies(m.group("m"), readers["support_contexts"]):
+            for order in readers["orders"]:
+                clause = order.match(body)
+                if clause is None:
+                    continue
+                for complaint in readers["complaints"]:
+                    ref = complaint.match(clause.group("c"))
+                    if ref is None:
+                        continue
+                    for kind, pattern in readers["references"]:
+                        x = pattern.match(ref.group("ref"))
+                        if x is not None and _NAME.fullmatch(x.group("x")):
+                            readings.add((_SUPPORT_CHAINS[kind], x.group("x")))
+    return _one(readings)
+
+
+@lru_cache(maxsize=50_000)
+def _read_analytics(text: str) -> tuple[str, list[str], str] | None:
+    """``(op, stores, month)`` of a revenue question in training parts, or ``None``."""
+    readers = _readers()
+    readings = set()
+    for body in _bodies(text, readers["contexts"]):
+        for frame in readers["analytics_frames"]:
+            m = frame.match(body)
+            if m is None:
+                continue
+            for op, pattern in readers["operations"]:
+                np_ = pattern.match(m.group("np"))
+                if np_ is None:
+                    continue
+                for stores, plural in readers["stores"]:
+                    s = stores.match(np_.group("s"))
+                    if s is None:
+                        continue
+                    names = tuple(re.split(r", | and ", s.group("names")))
+                    if (len(names) > 1) == plural and all(_NAME.fullmatch(n) for n in names):
+                        readings.add((op, names, m.group("month")))
+    reading = _one(readings)
+    return (reading[0], list(reading[1]), reading[2]) if reading is not None else None
+
+
+@lru_cache(maxsize=50_000)
 def rule_plan(task_text: str) -> Plan | None:
     """The plan a rule-based planner writes from the task's text alone (``PlannerConfig.mode == "rules"``), or ``None``
     when the text is of no form it knows.
 
-    It knows the forms of the three task families: a question "What is the <relation> of ... of <subject>?" becomes
-    one lookup per relation, innermost first, each reading the previous answer; a customer's refund question about
-    an order, a shipment or a carrier becomes the lookups from what the message names to the refund window, then
-    the written reply; a revenue question becomes one lookup per store and the sum or maximum. No model is called
-    and nothing hidden is read: these are the plans a team writes when its tasks come from known templates (and
-    the plans a small model cannot write; see the ``EDO-Small-v0`` tier).
+    It knows the canonical texts of the three task families and the *training* phrasings of
+    :mod:`edo_gym.world.phrasing` (built from its training parts only; a text with a held-out part, as the test split
+    has, is of no form it knows): a question about "the <relation> of ... of <subject>" (in any training frame and
+    synonyms) becomes one lookup per relation, innermost first, each reading the previous answer; a customer's refund
+    question about an order, a shipment or a carrier becomes the lookups from what the message names to the refund
+    window, then the written reply; a revenue question becomes one lookup per store and the sum or maximum. A subject
+    must read as a name (capitalised words), and a text that reads two ways has no plan. No model is called and
+    nothing hidden is read: these are the plans a team writes when its tasks come from known templates (and the plans
+    a small model cannot write; see the ``EDO-Small-v0`` tier).
     """
     text = task_text.strip()
     steps = _analytics_steps(text)
     if steps is not None:
         return Plan(steps, None, "rules")
-    if text.startswith("What is ") and text.endswith("?"):
-        parsed = parse_noun_phrase(text[len("What is ") : -1])
-        if parsed is None:
-            return None
-        relations, subject = parsed
-        while (inner := parse_noun_phrase(subject)) is not None:  # the parser reads a few levels at a time
-            relations, subject = inner[0] + relations, inner[1]
-        return Plan(tuple(_chain_steps(relations, subject)), None, "rules")
+    chain = _read_multihop(text)
+    if chain is not None:
+        return Plan(tuple(_chain_steps(*chain)), None, "rules")
     if not _SUPPORT_PATTERNS:
         _SUPPORT_PATTERNS.extend(_support_patterns())
-    for pattern, relations in _SUPPORT_PATTERNS:
-        m = pattern.match(text)
-        if m:
-            chain = _chain_steps(relations, m.group("x"))
-            n = len(chain)
-            reply = PlanStep("write", RELATIONS["refund_window"].domain, reply_instruction(f"{{{n}}}"), (n - 1,))
-            return Plan((*chain, reply), None, "rules")
-    return None
+    reading = next(((relations, m.group("x")) for pattern, relations in _SUPPORT_PATTERNS if (m := pattern.match(text))), None)
+    if reading is None:
+        reading = _read_support(text)
+    if reading is None:
+        return None
+    chain_steps = _chain_steps(*reading)
+    n = len(chain_steps)
+    reply = PlanStep("write", RELATIONS["refund_window"].domain, reply_instruction(f"{{{n}}}"), (n - 1,))
+    return Plan((*chain_steps, reply), None, "rules")
 
 
 def fallback_plan(task_text: str) -> Plan:
     """The plan used when the planner gives no valid plan twice: the shape the task's text asks for, read from the
     text alone (as a rule-based planner would; nothing hidden).
 
-    - revenue of named stores "in thousands": one lookup per store, then a compute step (the sum for "combined",
-      the maximum for "highest single-store") over them;
+    - revenue of named stores "in thousands" (canonical, or in a training phrasing of :mod:`edo_gym.world.phrasing`):
+      one lookup per store, then a compute step (the sum for "combined", the maximum for "highest single-store")
+      over them;
     - a customer's message (a refund question): a lookup with the message, then a one-sentence reply from it;
     - any other question: one lookup that asks it (a question stays a lookup);
     - anything else: one write step with the task text.
