@@ -27,7 +27,7 @@ operation and store list of each table); the canonical support texts stay whole 
 - rule-based components of the package (:func:`edo_gym.agents.planner.rule_plan`) are written from the training
   parts only (:func:`training`): a text with a held-out part is of no form they know.
 
-Held out: per relation two synonyms, two of the seven multihop frames, per start kind two references, two
+Held out: per relation two synonyms, three of the seven multihop frames, per start kind two references, two
 complaints, two questions, the question-first clause order, two of the five envelopes, per operation two phrases,
 two store lists, two of the five analytics frames, and some context sentences.
 
