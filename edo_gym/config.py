@@ -510,6 +510,45 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class DeviationConfig:
+    """Departures from the script that episodes hold (:mod:`edo_gym.deviations`); each has a rate, 0 switches it off.
+
+    Which draws an episode gets follows the task split: with ``TaskConfig.split == "test"`` the team draws are
+    held-out ones (outside the training range). The language deviation is ``TaskConfig.phrasing_rate``.
+    """
+
+    #: Probability that an episode's team is drawn around the public profiles (skills, prices, shard membership).
+    team_rate: float = 0.0
+    #: Training draws move each skill by at most this much (absolute) and each price by at most this fraction.
+    team_spread: float = 0.15
+    #: Held-out draws move them by between ``team_spread`` and this much.
+    team_held_out_spread: float = 0.35
+    #: In a drawn team, probability that a worker with two shard domains or more lacks one of them this episode.
+    shard_drop_rate: float = 0.25
+    #: Probability that an episode holds a drift: one worker changes its output format or stops answering.
+    drift_rate: float = 0.0
+    #: Share of drifts in which the worker stops answering (the others change its output format).
+    drift_failure_share: float = 0.3
+
+    def __post_init__(self) -> None:
+        owner = "DeviationConfig"
+        for name in ("team_rate", "shard_drop_rate", "drift_rate", "drift_failure_share"):
+            _check_float(owner, name, getattr(self, name), 0.0, 1.0)
+        _check_float(owner, "team_spread", self.team_spread, 0.0, 1.0)
+        _check_float(owner, "team_held_out_spread", self.team_held_out_spread, 0.0, 1.0)
+        if self.team_held_out_spread < self.team_spread:
+            raise ValueError(
+                f"DeviationConfig.team_held_out_spread ({self.team_held_out_spread}) must be >= team_spread "
+                f"({self.team_spread}): held-out team draws lie outside the training range"
+            )
+
+    @property
+    def any(self) -> bool:
+        """Whether any deviation of this config can occur."""
+        return self.team_rate > 0.0 or self.drift_rate > 0.0
+
+
+@dataclass(frozen=True)
 class EDOConfig:
     """Complete configuration of one ``EDOEnv``."""
 
@@ -519,6 +558,7 @@ class EDOConfig:
     workers: tuple[WorkerSpec, ...] = field(default_factory=default_workers)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    deviations: DeviationConfig = field(default_factory=DeviationConfig)
     #: Who decides retrieval: the RL ``orchestrator`` (dispatch actions carry a retrieve flag) or each ``worker``.
     retrieval_decider: str = "orchestrator"
     #: Episode step limit (truncation); ``None`` derives ``4 * max_subtasks + 4``.
@@ -649,6 +689,7 @@ class EDOConfig:
             "planner": PlannerConfig,
             "retrieval": RetrievalConfig,
             "reward": RewardConfig,
+            "deviations": DeviationConfig,
         }
         top_names = {f.name for f in fields(cls)}
         top: dict[str, Any] = {}

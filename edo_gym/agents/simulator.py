@@ -168,6 +168,14 @@ class SimulatedBackend:
         #: The JSON replies of corrupted plans by the fields of their steps that ``_render`` reads (see ``_plan_json``).
         self._plan_texts: dict[tuple, str] = _PLAN_TEXTS
 
+    def use_team(self, workers: Sequence[WorkerSpec]) -> None:
+        """Simulate these specs from now on (an episode's team draw, :mod:`edo_gym.deviations.team`): the same names
+        as the team's, other skills and prices. Parametric memories stay those of the public profiles."""
+        unknown = sorted({w.name for w in workers} - set(self._memories))
+        if unknown:
+            raise ValueError(f"use_team: no worker named {unknown}; the team is {sorted(self._memories)}")
+        self.specs = {w.name: w for w in workers}
+
     # -- protocol -------------------------------------------------------------------------------------------------
     def cache_identity(self, request: LLMRequest) -> tuple[str, dict]:
         """``(model name, parameters)`` for a record/replay cache key: the simulated team's full configuration."""

@@ -250,6 +250,9 @@ class Worker:
         self.system = WORKER_SYSTEM.format(name=spec.name)
         self.verifier_system = VERIFIER_SYSTEM.format(name=spec.name)
         self._doc_tokens: list[int] | None = None
+        #: Documents this worker's index lacks in the current episode (a team draw's missing shard domain): its
+        #: searches never return them. Set by the env at reset.
+        self.unavailable: frozenset[int] = frozenset()
 
     def wants_retrieval(self, label: str, domain_label: str) -> bool:
         """The worker's own retrieval rule (``retrieval_decider="worker"``): lookups labelled with a domain in its shard."""
@@ -266,6 +269,8 @@ class Worker:
             ids = self.retriever.search(text, self.spec.top_k)
             if type(ids) is not tuple:
                 ids = tuple(ids)
+            if self.unavailable:
+                ids = tuple([i for i in ids if i not in self.unavailable])
             n_docs = len(self.doc_texts)
             if all([type(i) is int and 0 <= i < n_docs for i in ids]):  # plain ints in range: returned as they are
                 return ids, ""

@@ -32,6 +32,7 @@ from edo_gym.agents.protocol import LLMBackend
 from edo_gym.agents.simulator import SimulatedBackend
 from edo_gym.agents.worker import AgentCaller, CallCost, Worker, plan_request
 from edo_gym.config import EDOConfig, TaskConfig, WorldConfig
+from edo_gym.deviations import Drift, DriftingBackend, TeamDraw, draw_drift, draw_team, public_team
 from edo_gym.envs import observation as O
 from edo_gym.envs.render import render_trace
 from edo_gym.envs.state import (
@@ -228,7 +229,9 @@ class EDOEnv(gym.Env):
         self.service.add_tasks(self.pool.tasks)  # their compute steps' queries are among the reachable ones
         self.backend: LLMBackend = backend or SimulatedBackend(self.world, cfg.workers, cfg.planner, self.pool.tasks)
         self.retry_policy = RetryPolicy(cfg.backend_retries, cfg.backend_backoff_s, cfg.backend_timeout_s)
-        self.caller = AgentCaller(self.backend, self.service, self.retry_policy)
+        # the drift deviation acts on requests, behind the backend interface (any backend)
+        self._drifting = DriftingBackend(self.backend) if cfg.deviations.drift_rate > 0 else None
+        self.caller = AgentCaller(self._drifting or self.backend, self.service, self.retry_policy)
         #: Texts of the corpus documents, by index, as the workers read them (the retrieval index is built from the
         #: world's own texts; the validity benchmark overwrites entries here to test that workers read documents).
         self.doc_texts: list[str] = [d.text for d in self.world.documents]
@@ -240,6 +243,8 @@ class EDOEnv(gym.Env):
             for i, spec in enumerate(cfg.workers)
         ]
         self.linker = self.world.linker(cfg.entity_link_threshold)
+        self._public_team = public_team(cfg.workers)
+        self._docs_by_domain = by_domain
         # the action layout
         W = len(cfg.workers)
         self.retrieve_flag = cfg.retrieval_decider == "orchestrator"
@@ -362,11 +367,14 @@ class EDOEnv(gym.Env):
         task = self.pool.tasks[int(self.pool.ids[task_id])]
         self._task_obs = self._task_row(task.task_id)
         cfg = self.config
+        team, drift = self._draw_deviations()
         reply = self._ask_planner(task.text)
         W = len(self.workers)
         self.episode = ep = EpisodeState(
             task_id=task_id,
             task=task,
+            team=team,
+            drift=drift,
             plan=self._plan_state(reply.plan, task.text),
             call_retries=reply.retries,
             failed_calls=reply.failed_calls,
@@ -386,6 +394,27 @@ class EDOEnv(gym.Env):
         if cfg.info_text:
             info["text"] = self.state_text()
         return obs, info
+
+    def _draw_deviations(self) -> tuple[TeamDraw, Drift | None]:
+        """This episode's team and drift (:mod:`edo_gym.deviations`), put in force. Draws from the env's generator
+        only when a deviation is switched on, so that runs without any are as they were."""
+        dev = self.config.deviations
+        team, drift = self._public_team, None
+        if dev.any:
+            rng = np.random.default_rng(self._seed())
+            if dev.team_rate > 0 and rng.random() < dev.team_rate:
+                team = draw_team(self.config.workers, dev, self.config.tasks.split == "test", rng)
+            if dev.drift_rate > 0:
+                drift = draw_drift([w.name for w in self.config.workers], self.step_limit, dev, rng)
+        if self._drifting is not None:
+            self._drifting.active = None
+        if dev.team_rate > 0:
+            use_team = getattr(self.backend, "use_team", None)  # skills are the simulator's; prices and shards any
+            if use_team is not None:
+                use_team(team.specs)
+            for worker, missing in zip(self.workers, team.missing_domains, strict=True):
+                worker.unavailable = frozenset(i for dom in missing for i in self._docs_by_domain[dom])
+        return team, drift
 
     def _task_id_option(self, options: dict[str, Any] | None) -> int | None:
         """``options["task_id"]``, checked; ``None`` when no task is asked for."""
@@ -413,6 +442,8 @@ class EDOEnv(gym.Env):
             raise RuntimeError("EDOEnv.step() called after the episode ended (terminated or truncated); call env.reset()")
         a = self._check_action(action)
         cfg = self.config
+        if ep.drift is not None and ep.steps == ep.drift.onset and self._drifting is not None:
+            self._drifting.active = ep.drift
         # this step's cost: what was pending (the planner at reset, an outside policy's charge), then the action's
         pending, priced = ep.take_pending()
         prompt, completion, calls, latency = pending.prompt_tokens, pending.completion_tokens, pending.calls, pending.latency_s
@@ -569,7 +600,7 @@ class EDOEnv(gym.Env):
             "retrieval_fallback": record.retrieval_fallback,
         }
         ep.trace.append(("dispatch", i, w, record))
-        return record.cost, self.config.workers[w].price
+        return record.cost, ep.team.specs[w].price
 
     def _verify(self, w: int, retrieve: bool = False) -> tuple[CallCost, float]:
         """Worker ``w`` checks the last result; a failed call gives no verdict (the same worker may be asked again)."""
@@ -598,7 +629,7 @@ class EDOEnv(gym.Env):
             "retrieval_fallback": check.retrieval_fallback,
         }
         ep.trace.append(("verify", check))
-        return check.cost, self.config.workers[w].price
+        return check.cost, ep.team.specs[w].price
 
     def _rollback(self, w: int = -1, retrieve: bool = False) -> tuple[CallCost, float]:
         """Discard the last result; only the coordination tokens are charged (the discarded work already was)."""
@@ -928,6 +959,22 @@ class EDOEnv(gym.Env):
             "family": ep.task.family,
             "gold_retrieved_by": self._gold_retrieved_by(),
             "memory_right_by": self._memory_right_by(),
+            "deviations": {
+                "team_drawn": ep.team.drawn,
+                "team_held_out": ep.team.held_out,
+                "missing_domains": {
+                    w.name: list(m) for w, m in zip(self.config.workers, ep.team.missing_domains, strict=True)
+                },
+                "prices": {w.name: w.price for w in ep.team.specs},
+                "drift": None
+                if ep.drift is None
+                else {
+                    "worker": ep.drift.agent,
+                    "kind": ep.drift.kind,
+                    "onset": ep.drift.onset,
+                    "active": ep.steps > ep.drift.onset,
+                },
+            },
             "worker_skills": {
                 w.name: {
                     "types": dict(w.skills),
@@ -936,7 +983,7 @@ class EDOEnv(gym.Env):
                     "memory_accuracy": w.memory_accuracy,
                     "greedy": w.greedy,
                 }
-                for w in self.config.workers
+                for w in ep.team.specs
             },
         }
 
@@ -963,7 +1010,11 @@ class EDOEnv(gym.Env):
         doc = self._gold_docs.get(key)
         if doc is None:
             return []
-        return [w.index for w in self.workers if w.retriever.size and doc in w.retriever.search(query, w.spec.top_k)]
+        return [
+            w.index
+            for w in self.workers
+            if w.retriever.size and doc not in w.unavailable and doc in w.retriever.search(query, w.spec.top_k)
+        ]
 
     def _memory_right_by(self) -> list[int]:
         """Hidden: which workers' parametric memories hold the right value of the current single-hop lookup."""

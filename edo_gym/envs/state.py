@@ -18,6 +18,7 @@ import numpy as np
 
 from edo_gym.agents.planner import Plan, PlanStep
 from edo_gym.agents.worker import CallCost, CallRecord
+from edo_gym.deviations import Drift, TeamDraw
 from edo_gym.envs import observation as O
 from edo_gym.world.grading import StepTruth
 from edo_gym.world.language import placeholders
@@ -247,6 +248,10 @@ class EpisodeState:
     task_id: int
     task: Task
     plan: PlanState
+    #: Hidden: the episode's team (:mod:`edo_gym.deviations.team`; the public profiles when none was drawn) and its
+    #: drift (:mod:`edo_gym.deviations.drift`, ``None`` when none).
+    team: TeamDraw
+    drift: Drift | None = None
     #: Tokens, calls and simulated latency (seconds) spent so far, and env steps taken.
     tokens: int = 0
     calls: int = 0
