@@ -339,18 +339,24 @@ class OraclePolicy(HeuristicPolicy):
     def _ranked(self, v: ObsView, hidden: dict[str, Any], kind: str, domain: str) -> list[tuple[int, bool]]:
         """``(worker, retrieve)`` options, most likely right first (by the hidden skills and memories)."""
         options = []
+        deviations = hidden.get("deviations") or {}
+        drift = deviations.get("drift")
+        missing = deviations.get("missing_domains", {})
         for w, name in enumerate(hidden["worker_skills"]):
             skills = hidden["worker_skills"][name]
+            # a worker whose drift is in force answers in a format its readers misread, or not at all: asked last
+            drifted = -2.0 if drift is not None and drift["active"] and drift["worker"] == name else 0.0
             if kind in ("lookup", "merged"):
-                if domain in v.shards[w]:
+                if domain in v.shards[w] and domain not in missing.get(name, ()):
                     # a retriever that returns the right document beats one that does not, whatever the skill
                     found = 1.0 if w in hidden.get("gold_retrieved_by", ()) else 0.0
-                    options.append((found + skills["lookup_by_domain"].get(domain, 0.0) - 0.01 * v.price[w], w, True))
+                    skill = skills["lookup_by_domain"].get(domain, 0.0)
+                    options.append((drifted + found + skill - 0.01 * v.price[w], w, True))
                 remembers = 1.0 if w in hidden.get("memory_right_by", ()) else 0.0
                 prior = skills["memory_coverage"] * skills["memory_accuracy"]
-                options.append((remembers + prior - 0.01 * v.price[w], w, False))
+                options.append((drifted + remembers + prior - 0.01 * v.price[w], w, False))
             else:
-                options.append((skills["types"].get(kind, 0.0) - 0.01 * v.price[w], w, False))
+                options.append((drifted + skills["types"].get(kind, 0.0) - 0.01 * v.price[w], w, False))
         options.sort(reverse=True)
         return [(w, r) for _, w, r in options]
 

@@ -972,7 +972,7 @@ class EDOEnv(gym.Env):
                     "worker": ep.drift.agent,
                     "kind": ep.drift.kind,
                     "onset": ep.drift.onset,
-                    "active": ep.steps > ep.drift.onset,
+                    "active": ep.steps >= ep.drift.onset,
                 },
             },
             "worker_skills": {
