@@ -31,6 +31,7 @@ import numpy as np
 import torch as th
 from tqdm.auto import tqdm
 
+from baselines.algorithms import load_model
 from baselines.heuristics import HEURISTICS
 
 #: Datasets live where Minari keeps them: ``~/.minari/datasets`` unless ``MINARI_DATASETS_PATH`` says otherwise.
@@ -200,8 +201,6 @@ def _policy_fn(policy: str, env_id: str, env_kwargs: dict[str, Any] | None) -> t
         heuristic = known[policy]()
         return _Acting(heuristic=heuristic), bool(heuristic.uses_hidden_state), policy
     if policy.endswith(".zip") or os.path.isfile(policy):
-        from baselines.training.run import load_model
-
         model = load_model(policy)
         return _Acting(model=model), False, os.path.basename(policy)
     raise ValueError(f"policy must be one of {sorted(demonstrators())} or the path of a saved model (.zip), got {policy!r}")

@@ -190,7 +190,7 @@ class StaticPipeline(HeuristicPolicy):
 
     def act(self, obs: Obs, info: dict[str, Any]) -> int:
         v = ObsView(obs)
-        last = _last_done(v)
+        last = last_done(v)
         if last is not None and last.abstained and self.retries < self.max_retries and v.legal(v.rollback):
             self.retries += 1
             return v.rollback
@@ -200,7 +200,7 @@ class StaticPipeline(HeuristicPolicy):
         return v.dispatch(w, retrieve)
 
 
-def _last_done(v: ObsView) -> StepView | None:
+def last_done(v: ObsView) -> StepView | None:
     """The most recent result: the done step just before the current one (or the last step when all are done)."""
     if v.current is None:
         return v.steps[-1] if v.steps and v.steps[-1].done else None
@@ -244,7 +244,7 @@ class RuleBased(HeuristicPolicy):
             if suspicious or (v.plan_confidence is not None and v.plan_confidence < self.replan_below):
                 self.tried, self.verifiers = {}, {}
                 return v.replan
-        last = _last_done(v)
+        last = last_done(v)
         if last is not None:
             tries = self.tried.get(last.index, [])
             bad = last.abstained or last.verdict == "flagged" or not last.linked
@@ -299,7 +299,7 @@ class GreedyRouter(HeuristicPolicy):
         if not v.any_done and v.legal(v.replan) and (v.fallback or any(s.reads_later for s in v.steps)):
             self.tried = {}
             return v.replan
-        last = _last_done(v)
+        last = last_done(v)
         if last is not None:
             tries = self.tried.get(last.index, [])
             if (last.verdict == "flagged" or last.abstained) and len(tries) <= self.max_retries and v.legal(v.rollback):
@@ -374,7 +374,7 @@ class OraclePolicy(HeuristicPolicy):
             return v.replan
         if doomed:  # no replan left: nothing it does can succeed, so it stops paying
             return v.submit
-        last = _last_done(v)
+        last = last_done(v)
         if last is not None:
             correct = hidden["correct"]
             if correct[last.index] is False:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from baselines.heuristics import HeuristicPolicy, Obs, ObsView, RuleBased, StaticPipeline, SubmitAtOnce, _last_done
+from baselines.heuristics import HeuristicPolicy, Obs, ObsView, RuleBased, StaticPipeline, SubmitAtOnce, last_done
 from edo_gym.world.generator import RELATIONS
 from edo_gym.world.grading import amounts, durations
 from edo_gym.world.language import compute_instruction, parse_noun_phrase, question, reply_instruction
@@ -65,7 +65,7 @@ class VerifyAndRetry(_Retrying):
 
     def act(self, obs: Obs, info: dict[str, Any]) -> int:
         v = ObsView(obs)
-        last = _last_done(v)
+        last = last_done(v)
         if last is not None:
             tries = self.tried.get(last.index, [])
             if last.verdict == "flagged" and len(tries) < self.max_tries and v.legal(v.rollback):
@@ -111,7 +111,7 @@ class ConfidenceGate(_Retrying):
 
     def act(self, obs: Obs, info: dict[str, Any]) -> int:
         v = ObsView(obs)
-        last = _last_done(v)
+        last = last_done(v)
         doubtful = last is not None and last.confidence is not None and last.confidence < 0.5
         if doubtful and len(self.tried.get(last.index, [])) < self.max_tries and v.legal(v.rollback):
             return v.rollback
@@ -264,7 +264,7 @@ class PlanCheckText(RuleBased):
             if expected is not None and written != expected:
                 self.tried, self.verifiers = {}, {}
                 return v.replan
-        last = _last_done(v)
+        last = last_done(v)
         if last is not None and v.legal(v.rollback) and len(self.tried.get(last.index, [])) < self.max_tries:
             _, written = plan_from_text(info["text"])
             answers = answers_from_text(info["text"])

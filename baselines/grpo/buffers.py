@@ -141,7 +141,7 @@ class StepRows:
         return self.store.take(self.rows)
 
 
-def _concatenate_steps(values: list[Any]) -> Any:
+def concatenate_steps(values: list[Any]) -> Any:
     """Concatenate episodes' per-step values (arrays, dicts of arrays or :class:`StepRows`) in order."""
     if values and all(isinstance(v, StepRows) for v in values) and len({id(v.store) for v in values}) == 1:
         return values[0].store.take(np.concatenate([v.rows for v in values]))
@@ -447,7 +447,7 @@ class GroupRolloutBuffer:
         if self.n_episodes == 0:
             raise RuntimeError("The buffer is empty")
         episodes = self._episodes
-        observations = _concatenate_steps([ep["observations"] for ep in episodes])
+        observations = concatenate_steps([ep["observations"] for ep in episodes])
         if isinstance(self.observation_space, spaces.Dict):
             observations = {key: observations[key] for key in self.observation_space.spaces}
         self.observations = observations
@@ -455,7 +455,7 @@ class GroupRolloutBuffer:
         self.log_probs = np.concatenate([ep["log_probs"] for ep in episodes])
         self.rewards = np.concatenate([ep["rewards"] for ep in episodes])
         self.action_masks = (
-            None if episodes[0]["action_masks"] is None else _concatenate_steps([ep["action_masks"] for ep in episodes])
+            None if episodes[0]["action_masks"] is None else concatenate_steps([ep["action_masks"] for ep in episodes])
         )
         lengths = self.episode_lengths
         self.episode_ids = np.repeat(np.arange(len(episodes)), lengths)

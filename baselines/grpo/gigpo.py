@@ -47,7 +47,7 @@ from baselines.grpo.advantages import (
     segment_return_to_go,
     success_tied_groups,
 )
-from baselines.grpo.buffers import GroupRolloutBuffer, _concatenate_steps
+from baselines.grpo.buffers import GroupRolloutBuffer, concatenate_steps
 from baselines.grpo.grpo import GRPO
 from baselines.grpo.policies import GRPOPolicy
 from baselines.grpo.scheduling import RolloutState
@@ -362,7 +362,7 @@ class AnchorGroupRolloutBuffer(GroupRolloutBuffer):
         episodes = [self._episodes[e] for e in episode_ids]
         lengths = np.array([ep["rewards"].size for ep in episodes])
         rewards = np.concatenate([ep["rewards"] for ep in episodes]).astype(np.float64)
-        observations: Any = _concatenate_steps([ep["observations"] for ep in episodes])
+        observations: Any = concatenate_steps([ep["observations"] for ep in episodes])
         if isinstance(self.observation_space, spaces.Dict):
             observations = {k: observations[k] for k in self.observation_space.spaces}
         anchors, _ = self._anchor_ids(episode_ids, observations, np.zeros(lengths.sum(), dtype=np.int64))

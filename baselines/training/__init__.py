@@ -27,12 +27,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # The modules: config (TrainConfig), vec_env (the training VecEnv), timing (TimeBreakdown, timed_learning), run
-# (make_algo, train, evaluate, load); their public names are importable from here.
+# (make_algo, train, evaluate), and baselines.algorithms below them (ALGOS, load_model); their public names are
+# importable from here.
+from baselines.algorithms import ALGOS, GROUP_ALGOS, infer_algo, load_model  # noqa: E402
 from baselines.grpo.callbacks import RecordedStepsProgressBar  # noqa: E402
 from baselines.training.config import (  # noqa: E402
-    ALGOS,
     FILTER_ON,
-    GROUP_ALGOS,
     GROUP_MODES,
     LOSS_TYPES,
     SCALE_REWARDS,
@@ -47,16 +47,14 @@ from baselines.training.run import (  # noqa: E402
     curriculum_callbacks,
     evaluate_saved,
     evaluate_with_heuristics,
-    infer_algo,
-    load_model,
     make_algo,
     saved_config,
     train,
 )
 from baselines.training.timing import (  # noqa: E402
     TimeBreakdown,
-    _retrieval_counters,
     format_time_breakdown,
+    retrieval_counters,
     timed_learning,
 )
 from baselines.training.vec_env import FreshInfoDummyVecEnv, check_env_id, make_train_env  # noqa: E402
@@ -76,7 +74,6 @@ __all__ = [
     "TimeBreakdown",
     "TrainConfig",
     "TrainResult",
-    "_retrieval_counters",
     "check_env_id",
     "count_parameters",
     "curriculum_callbacks",
@@ -87,6 +84,7 @@ __all__ = [
     "load_model",
     "make_algo",
     "make_train_env",
+    "retrieval_counters",
     "timed_learning",
     "saved_config",
     "train",

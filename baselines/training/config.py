@@ -15,12 +15,9 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from baselines.algorithms import ALGOS, GROUP_ALGOS
 from baselines.extractors import FEATURES_EXTRACTORS
 
-#: Algorithms ``train`` knows, by name.
-ALGOS: tuple[str, ...] = ("grpo", "gigpo", "ppo", "maskable_ppo")
-#: The group-relative algorithms (no critic, groups of episodes).
-GROUP_ALGOS: tuple[str, ...] = ("grpo", "gigpo")
 VEC_ENV_KINDS: tuple[str, ...] = ("dummy", "subproc")
 GROUP_MODES: tuple[str | None, ...] = (None, "seed", "task_id")
 SUPERVISIONS: tuple[str, ...] = ("outcome", "process")

@@ -6,7 +6,6 @@ import gc
 import json
 import os
 import time
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.vec_env import VecEnv
 
+from baselines.algorithms import GROUP_ALGOS, algo_class, infer_algo, load_model
 from baselines.evaluation import (
     EvalResult,
     check_model_env,
@@ -27,31 +27,12 @@ from baselines.evaluation import (
     heldout_task_ids,
     make_eval_env,
 )
+from baselines.experience import demonstrators, reads_text, warm_start
 from baselines.grpo.callbacks import FreezeGCCallback, RecordedStepsProgressBar
 from baselines.heuristics import HEURISTICS, make_heuristic
-from baselines.training.config import ALGOS, GROUP_ALGOS, TrainConfig
+from baselines.training.config import TrainConfig
 from baselines.training.timing import timed_learning
-from baselines.training.vec_env import _ensure_registered, _is_edo_id, make_train_env
-
-
-def _algo_class(algo: str) -> type[BaseAlgorithm]:
-    if algo == "grpo":
-        from baselines.grpo import GRPO
-
-        return GRPO
-    if algo == "gigpo":
-        from baselines.grpo import GiGPO
-
-        return GiGPO
-    if algo == "ppo":
-        from stable_baselines3 import PPO
-
-        return PPO
-    if algo == "maskable_ppo":
-        from sb3_contrib import MaskablePPO
-
-        return MaskablePPO
-    raise ValueError(f"unknown algo {algo!r}; choose from {list(ALGOS)}")
+from baselines.training.vec_env import check_env_id, is_edo_id, make_train_env
 
 
 @dataclass
@@ -109,7 +90,7 @@ def count_parameters(model: BaseAlgorithm) -> int:
 
 def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
     """Build the (untrained) algorithm of ``cfg`` on ``env`` with ``MultiInputPolicy`` for Dict observations."""
-    cls = _algo_class(cfg.algo)
+    cls = algo_class(cfg.algo)
     policy = "MultiInputPolicy" if isinstance(env.observation_space, gym.spaces.Dict) else "MlpPolicy"
     common: dict[str, Any] = dict(
         learning_rate=cfg.learning_rate,
@@ -144,7 +125,7 @@ def make_algo(cfg: TrainConfig, env: VecEnv | gym.Env) -> BaseAlgorithm:
             supervision=cfg.supervision,
             group_mode=group_mode,
             # EDO's observations carry the action mask: read it there, not through 16 env_method calls per step
-            action_mask_key="action_mask" if _is_edo_id(cfg.env_id) and _has_obs_key(env, "action_mask") else None,
+            action_mask_key="action_mask" if is_edo_id(cfg.env_id) and _has_obs_key(env, "action_mask") else None,
             policy_kwargs=dict(net_arch=list(cfg.net_arch), **_extractor_kwargs(cfg)),
             **common,
         )
@@ -179,8 +160,6 @@ def apply_warm_start(model: BaseAlgorithm, cfg: TrainConfig) -> dict[str, Any]:
     """
     if cfg.warm_start is None:
         return {}
-    from baselines.experience import warm_start
-
     return warm_start(
         model.policy,
         cfg.warm_start,
@@ -234,13 +213,11 @@ def evaluate_with_heuristics(
         env made with ``info_text=True``, on the same tasks
     :return: one ``EvalResult`` per heuristic (``HEURISTICS`` order), then per extra policy, then the model's, last
     """
-    from baselines.experience import demonstrators, reads_text
-
     known = demonstrators()
     unknown = [p for p in extra_policies if p not in known]
     if unknown:
         raise ValueError(f"extra_policies {unknown} are not hand-written policies; choose from {sorted(known)}")
-    _ensure_registered(env_id)
+    check_env_id(env_id)
     env = make_eval_env(env_id, **(env_kwargs or {}))
     try:
         check_model_env(model, env, name)  # a model made for other observations fails here, before any episode
@@ -266,8 +243,6 @@ def evaluate_with_heuristics(
 
 def warm_start_teacher(cfg: TrainConfig) -> tuple[str, ...]:
     """The hand-written policy a warm start clones when it is not one of ``HEURISTICS`` (evaluated beside them)."""
-    from baselines.experience import demonstrators
-
     source = cfg.warm_start
     return (source,) if source is not None and source not in HEURISTICS and source in demonstrators() else ()
 
@@ -358,46 +333,6 @@ def saved_config(path: str | os.PathLike) -> dict[str, Any] | None:
             "to give the settings by flags"
         )
     return config
-
-
-def infer_algo(path: str | os.PathLike) -> str:
-    """The algo name (``ALGOS``) of a model saved by SB3 (``model.save``), read from the zip's ``data`` entry."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no saved model at {path}")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            data = json.loads(archive.read("data").decode("utf-8"))
-    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a model saved by Stable-Baselines3 ({exc}); pass algo= explicitly") from exc
-    if "group_size" in data and "groups_per_rollout" in data:
-        return "gigpo" if "step_advantage_weight" in data else "grpo"
-    policy_module = str(data.get("policy_class", {}).get("__module__", ""))
-    if policy_module.startswith("sb3_contrib.common.maskable"):
-        return "maskable_ppo"
-    if policy_module.startswith("stable_baselines3") and "n_steps" in data and "clip_range" in data:
-        return "ppo"
-    raise ValueError(f"cannot tell which algorithm saved {path} (policy module {policy_module!r}); pass algo= explicitly")
-
-
-def load_model(
-    path: str | os.PathLike, algo: str | None = None, device: str = "cpu", env: gym.Env | VecEnv | None = None
-) -> BaseAlgorithm:
-    """Load a saved model; ``algo=None`` infers the class from the zip (:func:`infer_algo`). With ``env``, the model
-    is checked against (and bound to) it: a model saved for other observations (before the pointer-free view of
-    EDO-Gym 0.3.0, say) raises a ``ValueError`` that says so."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no saved model at {path}")
-    if algo is None:
-        algo = infer_algo(path)
-    if algo not in ALGOS:
-        raise ValueError(f"unknown algo {algo!r}; choose from {list(ALGOS)}")
-    model = _algo_class(algo).load(path, device=device)
-    if env is not None:
-        check_model_env(model, env, f"the model at {path}")
-        model.set_env(env)
-    return model
 
 
 def evaluate_saved(

@@ -102,7 +102,7 @@ def format_time_breakdown(breakdown: dict[str, float]) -> str:
     return line
 
 
-def _retrieval_counters(env: VecEnv) -> tuple[float, float, float, float]:
+def retrieval_counters(env: VecEnv) -> tuple[float, float, float, float]:
     """``(query texts embedded, their seconds, index searches, their seconds)`` summed over the retrieval services of
     the envs this process steps (each service once: the envs of one config share theirs); zeros for other VecEnvs."""
     services: dict[int, Any] = {}
@@ -194,14 +194,14 @@ def timed_learning(model: BaseAlgorithm, env: VecEnv) -> Iterator[TimeBreakdown]
             times.gc_collections += 1
 
     gc.callbacks.append(on_gc)
-    retrieval0 = _retrieval_counters(env)
+    retrieval0 = retrieval_counters(env)
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         yield times
     finally:
         times.total_s = time.perf_counter() - t0
         times.process_cpu_s = time.process_time() - cpu0
-        retrieval1 = _retrieval_counters(env)
+        retrieval1 = retrieval_counters(env)
         times.query_embeds, times.index_searches = (int(retrieval1[i] - retrieval0[i]) for i in (0, 2))
         times.query_embed_s, times.index_search_s = (float(retrieval1[i] - retrieval0[i]) for i in (1, 3))
         gc.callbacks.remove(on_gc)

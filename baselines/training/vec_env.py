@@ -17,10 +17,6 @@ from baselines.training.config import GROUP_ALGOS, TrainConfig
 
 def check_env_id(env_id: str) -> None:
     """Raise ``ValueError`` (listing the EDO ids) if ``env_id`` is not a registered Gymnasium id."""
-    _ensure_registered(env_id)
-
-
-def _ensure_registered(env_id: str) -> None:
     import edo_gym  # noqa: F401 - registers the EDO ids
 
     if env_id not in gym.registry and ":" not in env_id:
@@ -126,7 +122,8 @@ class Wrappers:
         return env
 
 
-def _is_edo_id(env_id: str) -> bool:
+def is_edo_id(env_id: str) -> bool:
+    """Whether ``env_id`` (with or without a ``module:`` prefix) is one of the EDO ids."""
     return env_id.split(":", 1)[-1] in _edo_ids()
 
 
@@ -135,8 +132,8 @@ def make_train_env(cfg: TrainConfig) -> VecEnv:
 
     ``vec_env="dummy"`` on an EDO id gives a :class:`FreshInfoDummyVecEnv` (no deep copy of the infos per step).
     """
-    _ensure_registered(cfg.env_id)
-    in_process: type[VecEnv] = FreshInfoDummyVecEnv if _is_edo_id(cfg.env_id) else DummyVecEnv
+    check_env_id(cfg.env_id)
+    in_process: type[VecEnv] = FreshInfoDummyVecEnv if is_edo_id(cfg.env_id) else DummyVecEnv
     vec_cls: type[VecEnv] = in_process if cfg.vec_env == "dummy" else SubprocVecEnv
     # make_vec_env would ask for render_mode="rgb_array", which EDO does not support
     env_kwargs = {"render_mode": None, **cfg.env_kwargs}

@@ -147,7 +147,7 @@ _WORD = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:]\s+|['\"]\s*)$")
 
 
-def _names_and_words(text: str) -> tuple[set[str], set[str]]:
+def names_and_words(text: str) -> tuple[set[str], set[str]]:
     """Names and identifiers of ``text`` (tokens with a digit, or capitalised ones not opening a sentence or a quote),
     and its longer words (4+ letters), all in lower case; ``{k}`` placeholders are not words."""
     text = re.sub(r"\{\d+\}", " ", text)
@@ -168,12 +168,12 @@ def plan_text_features(task_text: str, instructions: tuple[str, ...], max_subtas
     """The ``step_text`` ``(max_subtasks, 2)`` and ``plan_text`` ``(2,)`` observation entries (see the module
     docstring): how far each plan step's words stray from the task text, and how much of the task no step mentions.
     A function of the two texts only, as an orchestrator reading them could compute it."""
-    task_names, task_words = _names_and_words(task_text)
+    task_names, task_words = names_and_words(task_text)
     step = np.zeros((max_subtasks, 2), dtype=np.float32)
     plan_names: set[str] = set()
     plan_words: set[str] = set()
     for i, instruction in enumerate(instructions[:max_subtasks]):
-        names, words = _names_and_words(instruction)
+        names, words = names_and_words(instruction)
         plan_names |= names
         plan_words |= words
         if names:

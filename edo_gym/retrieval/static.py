@@ -34,7 +34,7 @@ import numpy as np
 
 from edo_gym.retrieval.cache import CacheWarning
 from edo_gym.retrieval.embedder import (
-    _INSTALL_HINT,
+    INSTALL_HINT,
     EmbeddingModelNotFoundError,
     count_with,
     resolve_model,
@@ -145,7 +145,7 @@ class StaticEmbedder:
         # token counts (costs) come from the base model's own tokenizer, as in the default mode
         tokenizer_file = Path(base_path) / "tokenizer.json"
         if not tokenizer_file.is_file():
-            raise EmbeddingModelNotFoundError(f"{base_path} has no tokenizer.json for counting tokens. {_INSTALL_HINT}")
+            raise EmbeddingModelNotFoundError(f"{base_path} has no tokenizer.json for counting tokens. {INSTALL_HINT}")
         self._counter = Tokenizer.from_file(str(tokenizer_file))
         self._counter.no_truncation()
         self._counter.no_padding()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
+from baselines.algorithms import load_model
 from baselines.evaluation import evaluate_model
 from baselines.training.config import TrainConfig
-from baselines.training.run import load_model, make_algo
+from baselines.training.run import make_algo
 
 
 @pytest.mark.parametrize("algo", ["grpo", "maskable_ppo"])

@@ -359,20 +359,20 @@ def test_retrieval_counters_see_new_query_texts_and_index_searches():
     timed), and its search queries the index (counted and timed), once per service however many envs share it."""
     import uuid
 
-    from baselines.training import _retrieval_counters
+    from baselines.training import retrieval_counters
 
     env = make_train_env(TrainConfig(algo="grpo", env_id="EDO-v0", seed=0, n_envs=2, group_size=2, groups_per_rollout=2))
     try:
         env.reset()
         service = env.envs[0].unwrapped.service
         assert env.envs[1].unwrapped.service is service
-        before = _retrieval_counters(env)
+        before = retrieval_counters(env)
         retriever = next(r for r in service.retrievers if r.size > 0)
         retriever.search(f"Who founded the company with id {uuid.uuid4().hex}?", 3)
-        after = _retrieval_counters(env)
+        after = retrieval_counters(env)
         assert after[0] - before[0] == 1 and after[1] > before[1]
         assert after[2] - before[2] == 1 and after[3] > before[3]
-        assert _retrieval_counters(DummyVecEnv([lambda: gym.make("CartPole-v1")])) == (0, 0.0, 0, 0.0)
+        assert retrieval_counters(DummyVecEnv([lambda: gym.make("CartPole-v1")])) == (0, 0.0, 0, 0.0)
     finally:
         env.close()
 

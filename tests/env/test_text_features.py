@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edo_gym.envs.observation import _names_and_words, plan_text_features
+from edo_gym.envs.observation import names_and_words, plan_text_features
 
 
 def test_names_are_identifiers_and_capitalised_words_inside_sentences():
-    names, words = _names_and_words("Customer message: 'Shipment TRK-DORBEL-595 is late. How long can I claim a refund?'")
+    names, words = names_and_words("Customer message: 'Shipment TRK-DORBEL-595 is late. How long can I claim a refund?'")
     assert names == {"trk-dorbel-595"}  # "Customer", "Shipment", "How" open a sentence or a quote; "I" is one letter
     assert {"shipment", "refund", "claim"} <= words and "is" not in words
-    names, _ = _names_and_words("What was the revenue of the Dogwood store in May?")
+    names, _ = names_and_words("What was the revenue of the Dogwood store in May?")
     assert names == {"dogwood", "may"}
-    assert _names_and_words("Which carrier handles shipment {1}?")[0] == set()  # a placeholder is not a name
+    assert names_and_words("Which carrier handles shipment {1}?")[0] == set()  # a placeholder is not a name
 
 
 def test_a_plan_naming_another_entity_strays_from_the_task():
