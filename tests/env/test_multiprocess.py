@@ -38,11 +38,7 @@ import pytest
 import edo_gym  # noqa: F401  (registers EDO-v0)
 from edo_gym.config import default_workers
 from edo_gym.retrieval.cache import CacheWarning, EmbeddingCache, texts_hash
-
-try:
-    from tests.reliability_helpers import det_vectors
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from reliability_helpers import det_vectors  # type: ignore[no-redef]
+from tests.reliability_helpers import det_vectors
 
 TEXTS = [f"text {i}: {w}" for i, w in enumerate(["apples", "pears", "plums", "figs"] * 5)]
 MODEL = "det-model==1"

@@ -51,16 +51,7 @@ from edo_gym.config import (
 )
 from edo_gym.envs.edo_env import EDOEnv, _world
 from edo_gym.retrieval.service import RetrievalService
-
-try:
-    from tests.reliability_helpers import EpisodeChecker, FailingRetriever, FaultyBackend, simulated_backend
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from reliability_helpers import (  # type: ignore[no-redef]
-        EpisodeChecker,
-        FailingRetriever,
-        FaultyBackend,
-        simulated_backend,
-    )
+from tests.reliability_helpers import EpisodeChecker, FailingRetriever, FaultyBackend, simulated_backend
 
 DEFAULT_WORKERS = default_workers()
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]}

@@ -41,29 +41,16 @@ from edo_gym.envs.edo_env import PLANNER_SIZE, EDOEnv, _world
 from edo_gym.retrieval.cache import CacheWarning, EmbeddingCache, texts_hash
 from edo_gym.retrieval.search import ShardRetriever
 from edo_gym.retrieval.service import RetrievalService
-
-try:
-    from tests.reliability_helpers import (
-        BAD_TEXTS,
-        GARBAGE,
-        BrokenCollection,
-        EpisodeChecker,
-        FailingRetriever,
-        FaultyBackend,
-        det_vectors,
-        simulated_backend,
-    )
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from reliability_helpers import (  # type: ignore[no-redef]
-        BAD_TEXTS,
-        GARBAGE,
-        BrokenCollection,
-        EpisodeChecker,
-        FailingRetriever,
-        FaultyBackend,
-        det_vectors,
-        simulated_backend,
-    )
+from tests.reliability_helpers import (
+    BAD_TEXTS,
+    GARBAGE,
+    BrokenCollection,
+    EpisodeChecker,
+    FailingRetriever,
+    FaultyBackend,
+    det_vectors,
+    simulated_backend,
+)
 
 SMALL_TASKS = {"n_tasks": 40}
 #: A support task whose first plan step is a shipping lookup (in worker 0's shard); action 1 dispatches it to worker 0

@@ -380,9 +380,8 @@ FULL_RUN_DIGESTS: dict[str, tuple[str, float]] = {
 def full_run_digest(name: str) -> RunDigest:
     """Hash of observations, rewards, flags and all of ``info`` of the seeded run ``DIGEST_RUNS[name]`` (random, mostly
     legal actions; a ``FaultyBackend`` around the env's own simulator when a fault rate is given)."""
-    from reliability_helpers import FailingRetriever, FaultyBackend, simulated_backend
-
     from edo_gym.config import EDOConfig
+    from tests.reliability_helpers import FailingRetriever, FaultyBackend, simulated_backend
 
     env_id, kwargs, steps, fault_rate = DIGEST_RUNS[name]
     kwargs = dict(kwargs)

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import gymnasium as gym
@@ -23,6 +22,7 @@ import pytest
 import edo_gym  # noqa: F401  (registers the ids)
 from edo_gym.envs.edo_env import EDOEnv
 from edo_gym.retrieval import default_cache_dir
+from tests.exactness import assert_same, model_threads, trajectory
 
 
 @pytest.fixture
@@ -40,14 +40,6 @@ def _texts(env: EDOEnv) -> dict[str, list[str]]:
     }
 
 
-def _model_threads(embedder: Any) -> Any:
-    """The torch thread count the embedder runs its passes under: the references are computed under it too (on some
-    CPUs, measured on an Intel Xeon, a pass under 2 torch threads differs from one under 1 in the last bits)."""
-    from edo_gym.retrieval.embedder import scoped_torch_threads
-
-    return scoped_torch_threads(embedder.torch_threads)
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_bulk_encode_is_bit_identical_to_sentence_transformers(small_env, threads):
     embedder = small_env.service.embedders[0]
@@ -55,14 +47,14 @@ def test_bulk_encode_is_bit_identical_to_sentence_transformers(small_env, thread
     texts["with duplicates"] = texts["tasks"][:20] * 3 + texts["corpus"][:7]
     built = embedder.encode_many(list(texts.values()), threads=threads)
     for (kind, kind_texts), vectors in zip(texts.items(), built, strict=True):
-        with _model_threads(embedder):
+        with model_threads(embedder):
             reference = embedder.model.encode(kind_texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
         assert vectors.dtype == np.float32 and vectors.shape == reference.shape
         assert np.array_equal(vectors, reference), f"{kind}: max diff {np.abs(vectors - reference).max()}"
     assert np.array_equal(embedder.encode(texts["corpus"]), built[0])
     # with a small batch size the reference batches (and padded lengths) differ: still bit-identical
     small = embedder.encode(texts["tasks"], batch_size=5)
-    with _model_threads(embedder):
+    with model_threads(embedder):
         assert np.array_equal(small, embedder.model.encode(texts["tasks"], batch_size=5, normalize_embeddings=True))
 
 
@@ -78,7 +70,7 @@ def test_singles_are_the_vectors_of_texts_embedded_alone(small_env, probe, monke
         "Which carrier handles shipment I don't know?",
     ]
     (batched,) = embedder.encode_many([texts], singles=True, threads=2)
-    with _model_threads(embedder):
+    with model_threads(embedder):
         alone = np.stack([embedder.model.encode([t], normalize_embeddings=True)[0] for t in texts])
     assert np.array_equal(batched, alone)
     assert all(np.array_equal(embedder.encode([t])[0], alone[i]) for i, t in enumerate(texts[:10]))
@@ -127,30 +119,6 @@ def test_token_counts_match_the_python_tokenizer(small_env):
     assert [embedder.count_tokens([t])[0] for t in texts] == reference
 
 
-def _trajectory(env: gym.Env, steps: int, seed: int) -> list[Any]:
-    """Observations, rewards and infos of ``steps`` seeded random legal steps (resetting at episode ends)."""
-    rng = np.random.default_rng(seed)
-    obs, info = env.reset(seed=seed)
-    out: list[Any] = [obs, json.dumps(info, sort_keys=True, default=repr)]
-    for _ in range(steps):
-        legal = np.flatnonzero(info["action_mask"])
-        obs, reward, terminated, truncated, info = env.step(int(legal[int(rng.random() * len(legal))]))
-        out += [obs, reward, terminated, truncated, json.dumps(info, sort_keys=True, default=repr)]
-        if terminated or truncated:
-            obs, info = env.reset()
-            out += [obs, json.dumps(info, sort_keys=True, default=repr)]
-    return out
-
-
-def _assert_same(a: list[Any], b: list[Any], name: str) -> None:
-    assert len(a) == len(b), name
-    for i, (x, y) in enumerate(zip(a, b, strict=True)):
-        if isinstance(x, dict):
-            assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x), f"{name}: observation {i} differs"
-        else:
-            assert x == y, f"{name}: item {i} differs: {x!r} != {y!r}"
-
-
 def test_exact_speed_options_leave_trajectories_unchanged(tmp_path, small_world_kwargs, monkeypatch):
     """Same seeds and actions, same rewards and observations: presearch on/off, indexes built at the first reset or
     at the first search, cold cache built in two threads or warm cache, memo caches warm (a second pass) or empty,
@@ -169,14 +137,14 @@ def test_exact_speed_options_leave_trajectories_unchanged(tmp_path, small_world_
     for name, kwargs in variants.items():
         env = gym.make("EDO-v0", **small_world_kwargs, **kwargs)
         try:
-            runs[name] = _trajectory(env, steps, seed=3)
+            runs[name] = trajectory(env, steps, seed=3)
             if name == "default":
-                runs["warm memo caches"] = _trajectory(env, steps, seed=3)  # every search now a memo hit
+                runs["warm memo caches"] = trajectory(env, steps, seed=3)  # every search now a memo hit
                 assert env.unwrapped.service.retrievers[0].presearched, "presearch did not run"
         finally:
             env.close()
     for name, run in runs.items():
-        _assert_same(runs["default"], run, name)
+        assert_same(runs["default"], run, name)
     # the cold caches built here hold the vectors of the warm cache, file for file
     cold_files = sorted((tmp_path / "cold").glob("*.npz"))
     assert [p.name.split("-")[0] for p in cold_files] == ["corpus", "queries", "tasks"]

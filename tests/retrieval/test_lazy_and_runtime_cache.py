@@ -30,7 +30,7 @@ from edo_gym.retrieval.caches import LazyVectors
 from edo_gym.retrieval.embedder import space_decomposable
 from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.service import RetrievalService
-from tests.env.test_speed_options import _assert_same, _model_threads, _trajectory
+from tests.exactness import assert_same, model_threads, trajectory
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_runtime_cache_returns_what_the_model_computes(tmp_path, warm_env):
     fresh = pickle.loads(pickle.dumps(cache))  # a new connection; reads from disk only
     assert fresh is not cache and fresh.path == cache.path and not fresh._pending_tokens
     for t in texts:
-        with _model_threads(embedder):  # the reference under the embedder's own thread count, as the others
+        with model_threads(embedder):  # the reference under the embedder's own thread count, as the others
             alone = embedder.model.encode([t], normalize_embeddings=True)[0]
         got = fresh.get_vector(t)
         assert got is not None and np.array_equal(got, alone), t
@@ -231,14 +231,14 @@ def test_trajectories_equal_with_the_runtime_cache_off_cold_and_warm(tmp_path, s
         )
         env = gym.make("EDO-v0", **small_world_kwargs, retrieval={"cache_dir": str(tmp_path), "runtime_cache": runtime})
         try:
-            runs[name] = _trajectory(env, steps, seed=11)
+            runs[name] = trajectory(env, steps, seed=11)
             service = env.unwrapped.service
             service.flush()
             stats[name] = (sum(e.model_calls for e in service.encoders), service.runtime)
         finally:
             env.close()
     for name in ("cold", "warm", "pieces"):
-        _assert_same(runs["off"], runs[name], f"runtime cache {name}")
+        assert_same(runs["off"], runs[name], f"runtime cache {name}")
     assert stats["pieces"][1].token_hits == 0
     calls_cold, runtime_cold = stats["cold"]
     calls_warm, runtime_warm = stats["warm"]
@@ -263,7 +263,7 @@ def test_an_env_with_incomplete_lists_pickles(tmp_path, warm_env):
     assert not env.unwrapped._task_vectors.complete
     clone = pickle.loads(pickle.dumps(env))
     assert clone.unwrapped._task_vectors is env.unwrapped._task_vectors  # this process's own list, from its service
-    _assert_same(_trajectory(env, 200, seed=5), _trajectory(clone, 200, seed=5), "pickled env")
+    assert_same(trajectory(env, 200, seed=5), trajectory(clone, 200, seed=5), "pickled env")
     with pytest.raises(TypeError, match="outside a RetrievalService"):
         pickle.dumps(LazyVectors("t", ["a"], np.zeros((1, 4), dtype=np.float32), None, None, "m", None))
 
@@ -291,12 +291,12 @@ def test_piece_counts_are_shared_through_the_runtime_cache(tmp_path, small_world
         monkeypatch.setattr(RetrievalService, "_registry", {})
         env = gym.make("EDO-v0", **small_world_kwargs, retrieval={"cache_dir": str(tmp_path)})
         try:
-            runs[name] = _trajectory(env, 800, seed=11)
+            runs[name] = trajectory(env, 800, seed=11)
             services[name] = env.unwrapped.service
             services[name].flush()
         finally:
             env.close()
-    _assert_same(runs["first"], runs["second"], "piece counts read from the run-time cache")
+    assert_same(runs["first"], runs["second"], "piece counts read from the run-time cache")
     first, second = services["first"], services["second"]
     assert first.piece_tokens is not None and first.pieces_counted > 100
     assert second.pieces_counted == 0  # every piece of the same run was read from the cache, none counted again

@@ -28,7 +28,7 @@ from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.world.language import OP_QUERIES, parse_compute, question, reply_instruction
 from edo_gym.world.queries import NON_ANSWERS, analytics_compute_queries, reachable_queries
 from edo_gym.world.text import ABSTAIN_TEXT, drift
-from tests.env.test_speed_options import _assert_same, _trajectory
+from tests.exactness import assert_same, trajectory
 
 
 def _env(small_world_kwargs, cache_dir):
@@ -125,8 +125,8 @@ def test_embedded_ahead_vectors_are_the_models_own_and_trajectories_do_not_chang
             stored = fresh.get_vector(text)
             assert stored is not None, text
             assert np.array_equal(stored, embedder.encode_one(text)), text
-        runs = {name: _trajectory(env, 600, seed=3) for name, env in (("plain", plain), ("ahead", ahead))}
-        _assert_same(runs["plain"], runs["ahead"], "reachable queries embedded ahead")
+        runs = {name: trajectory(env, 600, seed=3) for name, env in (("plain", plain), ("ahead", ahead))}
+        assert_same(runs["plain"], runs["ahead"], "reachable queries embedded ahead")
         plain_calls = plain.unwrapped.service.encoders[0].model_calls
         assert plain_calls > 0  # the plain run met non-canonical queries and ran the model for them
         assert service.encoders[0].model_calls == 0 < service.runtime.vector_hits  # read, not computed

@@ -24,7 +24,7 @@ from edo_gym.config import RetrievalConfig
 from edo_gym.retrieval.runtime_cache import RuntimeCache
 from edo_gym.retrieval.search import query_digest
 from edo_gym.world.queries import reachable_queries
-from tests.env.test_speed_options import _assert_same, _trajectory
+from tests.exactness import assert_same, trajectory
 
 
 def _env(small_world_kwargs, cache_dir, **retrieval):
@@ -43,11 +43,11 @@ def test_results_read_from_disk_give_the_same_trajectories_and_no_index_queries(
     reader = _env(small_world_kwargs, tmp_path / "on", result_cache_size=49_999)
     try:
         assert writer.unwrapped.service is not reader.unwrapped.service
-        runs = {"off": _trajectory(off, steps, seed), "writer": _trajectory(writer, steps, seed)}
+        runs = {"off": trajectory(off, steps, seed), "writer": trajectory(writer, steps, seed)}
         writer.unwrapped.service.flush()
-        runs["reader"] = _trajectory(reader, steps, seed)
-        _assert_same(runs["off"], runs["writer"], "search cache on (searched and stored)")
-        _assert_same(runs["off"], runs["reader"], "search cache on (read from disk)")
+        runs["reader"] = trajectory(reader, steps, seed)
+        assert_same(runs["off"], runs["writer"], "search cache on (searched and stored)")
+        assert_same(runs["off"], runs["reader"], "search cache on (read from disk)")
         assert all(r.disk is None for r in _retrievers(off))
         written = sum(r.searches for r in _retrievers(writer))
         assert written > 0 and sum(r.disk_hits for r in _retrievers(writer)) == 0

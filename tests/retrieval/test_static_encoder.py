@@ -130,7 +130,7 @@ def test_static_mode_keeps_search_results_on_disk_with_the_same_trajectories(sta
     """The run-time cache keeps search results (and token counts) for the static encoder too, in a database of its
     own, not its query vectors: trajectories are equal with it off, searched and stored, and read back by another
     service, which then queries no index; ``search_reachable_queries`` stores what one-at-a-time searches find."""
-    from tests.env.test_speed_options import _assert_same, _trajectory
+    from tests.exactness import assert_same, trajectory
     from tests.retrieval.test_search_cache import assert_stored_as_searched
 
     for name in ("off", "on"):
@@ -149,11 +149,11 @@ def test_static_mode_keeps_search_results_on_disk_with_the_same_trajectories(sta
         service = writer.unwrapped.service
         assert service.runtime is not None and service.vector_runtime is None and service.encoders[0].runtime is None
         assert "static-m2v" in service.runtime.model_id and service.runtime.dim == 256
-        runs = {"off": _trajectory(off, 600, 3), "writer": _trajectory(writer, 600, 3)}
+        runs = {"off": trajectory(off, 600, 3), "writer": trajectory(writer, 600, 3)}
         service.flush()
-        runs["reader"] = _trajectory(reader, 600, 3)
-        _assert_same(runs["off"], runs["writer"], "static, search cache on (searched and stored)")
-        _assert_same(runs["off"], runs["reader"], "static, search cache on (read from disk)")
+        runs["reader"] = trajectory(reader, 600, 3)
+        assert_same(runs["off"], runs["writer"], "static, search cache on (searched and stored)")
+        assert_same(runs["off"], runs["reader"], "static, search cache on (read from disk)")
 
         def retrievers(env: Any) -> list[Any]:
             return list({id(r): r for r in env.unwrapped.service.retrievers}.values())

@@ -16,11 +16,7 @@ from baselines.grpo.gigpo import (
     similarity_anchor_groups,
     step_level_advantages,
 )
-
-try:
-    from tests.toy_envs import ChainChoiceEnv, MaskedTaskEnv
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from toy_envs import ChainChoiceEnv, MaskedTaskEnv  # type: ignore[no-redef]
+from tests.toy_envs import ChainChoiceEnv, MaskedTaskEnv
 
 th.set_num_threads(1)
 

@@ -40,11 +40,7 @@ from baselines.grpo.advantages import (
 from baselines.grpo.buffers import GroupRolloutBuffer
 from baselines.grpo.grpo import grpo_loss
 from baselines.grpo.policies import GRPOPolicy, MultiInputGRPOPolicy, categorical_log_prob_entropy
-
-try:
-    from tests.toy_envs import IllegalActionError, MaskedTaskEnv, NoTaskEnv
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from toy_envs import IllegalActionError, MaskedTaskEnv, NoTaskEnv  # type: ignore[no-redef]
+from tests.toy_envs import IllegalActionError, MaskedTaskEnv, NoTaskEnv
 
 th.set_num_threads(1)
 
