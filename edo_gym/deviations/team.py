@@ -16,7 +16,6 @@ reveal the draw.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,27 +42,37 @@ def public_team(workers: tuple[WorkerSpec, ...]) -> TeamDraw:
     return TeamDraw(specs=workers, missing_domains=tuple(() for _ in workers))
 
 
-def _offset(config: DeviationConfig, held_out: bool, rng: np.random.Generator) -> float:
-    low, high = (config.team_spread, config.team_held_out_spread) if held_out else (0.0, config.team_spread)
-    size = float(rng.uniform(low, high))
-    return size if rng.random() < 0.5 else -size
-
-
 def _skill(value: float, offset: float) -> float:
-    return float(min(SKILL_CEILING, max(SKILL_FLOOR, value + offset)))
+    return min(SKILL_CEILING, max(SKILL_FLOOR, value + offset))
+
+
+def _with(spec: WorkerSpec, **values: object) -> WorkerSpec:
+    """``spec`` with some fields replaced, without ``WorkerSpec``'s validation (a draw is in range by construction;
+    validating every drawn spec at every reset would cost more than the rest of the draw)."""
+    drawn = object.__new__(WorkerSpec)
+    drawn.__dict__.update(spec.__dict__, **values)
+    return drawn
 
 
 def draw_team(workers: tuple[WorkerSpec, ...], config: DeviationConfig, held_out: bool, rng: np.random.Generator) -> TeamDraw:
     """Draw an episode's team around the public profiles ``workers`` (see the module docstring)."""
+    n = sum(len(spec.skills) + len(spec.domain_skills) + 1 for spec in workers)
+    # every uniform number the draw needs, in one call: per offset its size and its sign, per worker a drop and a pick
+    u = rng.random(2 * n + 2 * len(workers)).tolist()
+    low, high = (config.team_spread, config.team_held_out_spread) if held_out else (0.0, config.team_spread)
+    offsets = iter(
+        [(low + (high - low) * size) * (1.0 if sign < 0.5 else -1.0) for size, sign in zip(u[:n], u[n : 2 * n], strict=True)]
+    )
     specs = []
     missing = []
-    for spec in workers:
-        skills = {k: _skill(v, _offset(config, held_out, rng)) for k, v in sorted(spec.skills.items())}
-        domains = {k: _skill(v, _offset(config, held_out, rng)) for k, v in sorted(spec.domain_skills.items())}
-        price = max(0.01, spec.price * (1.0 + _offset(config, held_out, rng)))
-        specs.append(dataclasses.replace(spec, skills=skills, domain_skills=domains, price=price))
+    for k, spec in enumerate(workers):
+        skills = {name: _skill(v, next(offsets)) for name, v in spec.skills.items()}
+        domains = {name: _skill(v, next(offsets)) for name, v in spec.domain_skills.items()}
+        price = max(0.01, spec.price * (1.0 + next(offsets)))
+        specs.append(_with(spec, skills=skills, domain_skills=domains, price=price))
+        drop, pick = u[2 * n + 2 * k], u[2 * n + 2 * k + 1]
         lacks: tuple[str, ...] = ()
-        if len(spec.shard) >= 2 and rng.random() < config.shard_drop_rate:
-            lacks = (spec.shard[int(rng.integers(len(spec.shard)))],)
+        if len(spec.shard) >= 2 and drop < config.shard_drop_rate:
+            lacks = (spec.shard[int(pick * len(spec.shard))],)
         missing.append(lacks)
     return TeamDraw(specs=tuple(specs), missing_domains=tuple(missing), drawn=True, held_out=held_out)

@@ -244,7 +244,8 @@ class EDOEnv(gym.Env):
         ]
         self.linker = self.world.linker(cfg.entity_link_threshold)
         self._public_team = public_team(cfg.workers)
-        self._docs_by_domain = by_domain
+        #: Each domain's documents (what a worker's index lacks when a team draw drops that domain from its shard).
+        self._domain_docs = {dom: frozenset(ids) for dom, ids in by_domain.items()}
         # the action layout
         W = len(cfg.workers)
         self.retrieve_flag = cfg.retrieval_decider == "orchestrator"
@@ -401,7 +402,7 @@ class EDOEnv(gym.Env):
         dev = self.config.deviations
         team, drift = self._public_team, None
         if dev.any:
-            rng = np.random.default_rng(self._seed())
+            rng = self.np_random
             if dev.team_rate > 0 and rng.random() < dev.team_rate:
                 team = draw_team(self.config.workers, dev, self.config.tasks.split == "test", rng)
             if dev.drift_rate > 0:
@@ -413,7 +414,7 @@ class EDOEnv(gym.Env):
             if use_team is not None:
                 use_team(team.specs)
             for worker, missing in zip(self.workers, team.missing_domains, strict=True):
-                worker.unavailable = frozenset(i for dom in missing for i in self._docs_by_domain[dom])
+                worker.unavailable = self._domain_docs[missing[0]] if missing else frozenset()
         return team, drift
 
     def _task_id_option(self, options: dict[str, Any] | None) -> int | None:
