@@ -24,9 +24,8 @@ import re
 from typing import Any
 
 from baselines.heuristics import HeuristicPolicy, Obs, ObsView, RuleBased, StaticPipeline, SubmitAtOnce, last_done
-from edo_gym.world.generator import RELATIONS
+from edo_gym.agents.planner import rule_plan
 from edo_gym.world.grading import amounts, durations
-from edo_gym.world.language import compute_instruction, parse_noun_phrase, question, reply_instruction
 
 
 class RouteByLabel(HeuristicPolicy):
@@ -144,15 +143,6 @@ PROBES: dict[str, type[HeuristicPolicy]] = {
 
 # -- a text-reading probe ---------------------------------------------------------------------------------------------
 _PLAN_LINE = re.compile(r"^[> ] (\d+)\. \[(\w+)/(\w+)\] (.*?)(?: \(uses steps \[([\d, ]*)\]\))?(?: \(current\))?$")
-_SUPPORT_START = (
-    (re.compile(r"\border (ORD-[A-Z]+-\d+)"), ("shipment", "carrier", "refund_window")),
-    (re.compile(r"\b[Ss]hipment (TRK-[A-Z]+-\d+)"), ("carrier", "refund_window")),
-    (re.compile(r"\bparcel with (.+?) is late"), ("refund_window",)),
-)
-_ANALYTICS = re.compile(
-    r"^What was the (combined|highest single-store) revenue of the (.+?) stores? in (\w+), in thousands\?$"
-)
-
 #: One plan step as written: label, domain label, instruction, 0-based inputs.
 WrittenStep = tuple[str, str, str, tuple[int, ...]]
 
@@ -176,37 +166,16 @@ def plan_from_text(text: str) -> tuple[str, list[WrittenStep]]:
     return task, steps
 
 
-def _chain(relations: tuple[str, ...], subject: str) -> list[WrittenStep]:
-    out: list[WrittenStep] = []
-    for k, rel in enumerate(relations):
-        about = subject if k == 0 else f"{{{k}}}"
-        out.append(("lookup", RELATIONS[rel].domain, question((rel,), about), (k - 1,) if k else ()))
-    return out
-
-
 def expected_plan(task: str) -> list[WrittenStep] | None:
     """The plan a careful planner writes for ``task``, in the world's language (``None`` for a task it cannot read).
 
-    Built from the task text and the world's public templates only: the question each step asks, its document domain,
-    the steps it reads."""
-    for pattern, relations in _SUPPORT_START:
-        m = pattern.search(task)
-        if m:
-            steps = _chain(relations, m.group(1))
-            return [*steps, ("write", "policies", reply_instruction(f"{{{len(steps)}}}"), (len(steps) - 1,))]
-    m = _ANALYTICS.match(task)
-    if m:
-        stores = re.split(r", | and ", m.group(2))
-        relation = f"revenue_{m.group(3).lower()}"
-        steps = [("lookup", "sales", question((relation,), store), ()) for store in stores]
-        op = "sum" if m.group(1) == "combined" else "max"
-        refs = [f"{{{k + 1}}}" for k in range(len(stores))]
-        return [*steps, ("compute", "sales", compute_instruction(op, refs), tuple(range(len(stores))))]
-    if task.startswith("What is ") and task.endswith("?"):
-        parsed = parse_noun_phrase(task[len("What is ") : -1])
-        if parsed is not None:
-            return _chain(*parsed)
-    return None
+    It is :func:`~edo_gym.agents.planner.rule_plan`'s: read from the task text with the phrasings a team knows from
+    its training tasks (the canonical ones and the training phrasings of :mod:`edo_gym.world.phrasing`), never the
+    held-out ones: the question each step asks, its document domain, the steps it reads."""
+    plan = rule_plan(task)
+    if plan is None:
+        return None
+    return [(s.label, s.domain_label, s.instruction, s.deps) for s in plan.steps]
 
 
 _RESULT_LINE = re.compile(r"^- step (\d+) by [^:]+: (['\"])(.*)\2(?: \(confidence [\d.]+\))?(?:; verified: .*)?$")
