@@ -106,22 +106,23 @@ wheel-check: $(STAMP)  ## build the wheel and run it from a fresh venv without t
 	BUILD_PYTHON=$(BIN)/python BASE_PYTHON=$(PYTHON) bash tests/wheel_check.sh $(WHEEL_CHECK_DIR)
 
 # ruff, then tools/check_repository_text.py: no tracked text speaks of how the repository was developed (run labels,
-# session talk, commit hashes as provenance); figures cite their command and machine class instead
+# session talk, who measured what, issue numbers, other work on the machine, development machines' paths, commit
+# hashes and branches as provenance, clock times); figures cite their command and machine class instead
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python tools/check_repository_text.py
+	$(BIN)/python -m tools.check_repository_text
 
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 validity: $(STAMP)  ## does EDO-v0 measure what it claims? probes vs oracle, causal ablations, leak AUCs (~5 min)
-	$(BIN)/python benchmarks/env_validity.py
+	$(BIN)/python -m benchmarks.env_validity
 
 throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval latency (default, then static encoder)
-	$(BIN)/python benchmarks/env_throughput.py
-	$(BIN)/python benchmarks/env_throughput.py --encoder static
+	$(BIN)/python -m benchmarks.env_throughput
+	$(BIN)/python -m benchmarks.env_throughput --encoder static
 
 # The benchmark suite (benchmarks/run_suite.py; how it works: benchmarks/README.md): grpo_vs_ppo.py and the caveat
 # studies (benchmarks/study_*.py); <name>.json/.md/.png and suite.json/.md in the out dir. Resumable: every finished
@@ -130,22 +131,22 @@ throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval lat
 # BENCH_ARGS="--only study_horizon" or "--summarise-only" (summaries from the finished runs, missing ones listed).
 BENCH_ARGS ?=
 bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours; resumable)
-	$(BIN)/python benchmarks/run_suite.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.run_suite $(BENCH_ARGS)
 
 bench-quick: $(STAMP)  ## reduced suite into benchmarks/results/quick (about 15-20 minutes on 2 idle CPU cores)
-	$(BIN)/python benchmarks/run_suite.py --quick --out-dir benchmarks/results/quick $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.run_suite --quick --out-dir benchmarks/results/quick $(BENCH_ARGS)
 
 bench-smoke: $(STAMP)  ## smoke tier (plumbing only, ~5 min on 2 cores) into benchmarks/results/smoke (git-ignored)
-	$(BIN)/python benchmarks/run_suite.py --smoke --out-dir benchmarks/results/smoke $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.run_suite --smoke --out-dir benchmarks/results/smoke $(BENCH_ARGS)
 
 # Ray (pip install "edo-gym[ray]"): RAY_ARGS="--ray" runs one task per core on a local Ray instance;
 # RAY_ARGS="--ray-address auto" runs on the Ray cluster this node belongs to (benchmarks/README.md, "Cluster").
 RAY_ARGS ?= --ray
 bench-ray: $(STAMP)  ## full suite as Ray tasks (local: one per core; RAY_ARGS="--ray-address ADDR": a cluster)
-	$(BIN)/python benchmarks/run_suite.py $(RAY_ARGS) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.run_suite $(RAY_ARGS) $(BENCH_ARGS)
 
 bench-tune: $(STAMP)  ## entropy-coefficient sweep (Ray Tune) for GRPO, PPO, MaskablePPO at equal budget per trial
-	$(BIN)/python benchmarks/tune_ent_coef.py $(RAY_ARGS) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.tune_ent_coef $(RAY_ARGS) $(BENCH_ARGS)
 
 # also any Cython builds that `edo compile` (since removed) left beside the sources: Python would import them in place
 # of the sources

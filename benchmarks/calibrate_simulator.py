@@ -26,8 +26,8 @@ rate the default and the calibrated simulators give on the very same requests, a
 
 Usage::
 
-    python benchmarks/calibrate_simulator.py                              # record (starts the bundled model)
-    python benchmarks/calibrate_simulator.py --llm-cache-mode replay      # refit offline from the recording
+    python -m benchmarks.calibrate_simulator                              # record (starts the bundled model)
+    python -m benchmarks.calibrate_simulator --llm-cache-mode replay      # refit offline from the recording
 """
 
 from __future__ import annotations
@@ -44,22 +44,20 @@ from typing import Any
 
 import gymnasium as gym
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from baselines.evaluation import evaluate_heuristic  # noqa: E402
-from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
-from benchmarks.common import command_line, machine_line, write_json_atomic, write_results  # noqa: E402
-from benchmarks.sim_to_real import TIERS, add_real_backend_arguments, real_backend  # noqa: E402
-from edo_gym.agents.protocol import LLMRequest, LLMResponse, parse_verdict  # noqa: E402
-from edo_gym.agents.simulator import SimulatedBackend  # noqa: E402
-from edo_gym.agents.worker import VERBOSITY  # noqa: E402
-from edo_gym.config import WorkerSpec  # noqa: E402
-from edo_gym.llm.errors import LLMBackendError  # noqa: E402
-from edo_gym.world.generator import RELATIONS, World  # noqa: E402
-from edo_gym.world.grading import durations, grade  # noqa: E402
-from edo_gym.world.language import parse_question, parse_reply  # noqa: E402
-from edo_gym.world.tasks import REPLY_TEMPLATE  # noqa: E402
-from edo_gym.world.text import ABSTAIN_TEXT, normalize  # noqa: E402
+from baselines.evaluation import evaluate_heuristic
+from baselines.heuristics import HEURISTICS, make_heuristic
+from benchmarks.common import command_line, machine_line, write_json_atomic, write_results
+from benchmarks.sim_to_real import TIERS, add_real_backend_arguments, real_backend
+from edo_gym.agents.protocol import LLMRequest, LLMResponse, parse_verdict
+from edo_gym.agents.simulator import SimulatedBackend
+from edo_gym.agents.worker import VERBOSITY
+from edo_gym.config import WorkerSpec
+from edo_gym.llm.errors import LLMBackendError
+from edo_gym.world.generator import RELATIONS, World
+from edo_gym.world.grading import durations, grade
+from edo_gym.world.language import parse_question, parse_reply
+from edo_gym.world.tasks import REPLY_TEMPLATE
+from edo_gym.world.text import ABSTAIN_TEXT, normalize
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

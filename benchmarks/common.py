@@ -88,7 +88,11 @@ def _edo_gym_version() -> str:
 
 
 def command_line() -> str:
-    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    """This process's command line as a reader would type it from the repository root: ``python -m <module> ...`` for
+    a module run with ``-m`` (whose ``sys.argv[0]`` is the file's absolute path), else ``python <argv...>``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    program = ["-m", spec.name] if spec is not None and spec.name else sys.argv[:1]
+    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *program, *sys.argv[1:]])
 
 
 def write_results(name: str, payload: dict[str, Any], markdown: str, out_dir: Path | None = None) -> tuple[Path, Path]:

@@ -31,10 +31,10 @@ Measures, in one run on this machine:
   that also run the embedder, and search results read from the run-time disk cache (``retrieval.search_cache``).
 
 The warm (steady-state) process uses the same cache directory after them. EDO-v0's rates are also given in steps per CPU second of its process (``edo_steps_per_cpu_s``,
-``first_steps.edo_steps_per_cpu_s``, ``first_50k_over_warm_cpu``): on a machine shared with other jobs they move
-far less than wall-time rates.
+``first_steps.edo_steps_per_cpu_s``, ``first_50k_over_warm_cpu``): under varying load they move far less
+than wall-time rates.
 
-Usage: ``python benchmarks/env_throughput.py [--steps 20000] [--repeats 5] [--warmup 150000] [--first-steps 50000]
+Usage: ``python -m benchmarks.env_throughput [--steps 20000] [--repeats 5] [--warmup 150000] [--first-steps 50000]
 [--first-repeats 3] [--newcomer-repeats 3]``.
 Results: ``benchmarks/results/env_throughput.{json,md}``.
 """
@@ -49,13 +49,16 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import machine_info, machine_line, median_iqr, write_results  # noqa: E402
+from benchmarks.common import machine_info, machine_line, median_iqr, write_results
+
+#: The k of recall@k (:func:`shard_recall`).
+KS = (1, 3, 5)
 
 _START_SNIPPET = """
 import json, time
@@ -106,8 +109,7 @@ def start_time(
 
 
 _FIRST_STEPS_SNIPPET = """
-import json, sys, time
-sys.path.insert(0, {repo!r})
+import json, time
 import numpy as np
 t0 = time.perf_counter()
 import gymnasium as gym, edo_gym
@@ -140,9 +142,10 @@ def first_steps(cache_dir: str, steps: int, seed: int, env_kwargs: dict | None =
     """A fresh interpreter with the embedding cache ``cache_dir`` present: seconds of its first ``steps`` random legal
     EDO-v0 steps (after import + make and the first reset, each timed apart), then of as many CartPole-v1 steps in
     the same process."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1", TQDM_DISABLE="1")
-    code = _FIRST_STEPS_SNIPPET.format(repo=repo, seed=seed, steps=steps, kwargs=env_kwargs or {})
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the child imports benchmarks.env_throughput
+    env = dict(os.environ, EDO_GYM_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1", TQDM_DISABLE="1",
+               PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
+    code = _FIRST_STEPS_SNIPPET.format(seed=seed, steps=steps, kwargs=env_kwargs or {})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["edo_steps_per_s"] = steps / result["edo_s"]
@@ -247,6 +250,38 @@ def retrieval_latency(env, n: int = 300) -> dict[str, dict[str, float]]:
         key: {"p50": float(np.percentile(v, 50) * 1e3), "p99": float(np.percentile(v, 99) * 1e3), "n": len(v)}
         for key, v in out.items()
     }
+
+
+def shard_recall(env: Any, max_queries: int | None) -> dict[str, Any]:
+    """recall@k and distractor-at-top-1 per worker, over the canonical questions of the facts in its shard."""
+    from edo_gym.world.generator import RELATIONS
+
+    base = env.unwrapped
+    world = base.world
+    gold = {(d.subject, d.relation): i for i, d in enumerate(world.documents) if not d.is_distractor}
+    out = {}
+    for w, spec in enumerate(base.config.workers):
+        retriever = base.service.retrievers[w]
+        facts = [f for f in world.facts if RELATIONS[f[1]].domain in retriever.domains]
+        if max_queries is not None:
+            facts = facts[:max_queries]
+        hits = {k: 0 for k in KS}
+        distractor_top1 = 0
+        for subject, rel in facts:
+            ids = retriever.search(RELATIONS[rel].question.format(x=subject), max(KS))
+            target = gold[(subject, rel)]
+            for k in KS:
+                hits[k] += target in ids[:k]
+            if ids and ids[0] != target and world.documents[ids[0]].is_distractor and world.documents[ids[0]].relation == rel:
+                distractor_top1 += 1
+        n = len(facts)
+        out[spec.name] = {
+            "shard": list(spec.shard),
+            "n_queries": n,
+            **{f"recall@{k}": hits[k] / n if n else None for k in KS},
+            "distractor_top1": distractor_top1 / n if n else None,
+        }
+    return out
 
 
 def main() -> None:
@@ -364,8 +399,6 @@ def main() -> None:
                 flush=True,
             )
         latency = retrieval_latency(edo)
-        from benchmarks.study_retriever import shard_recall
-
         recall = shard_recall(edo, None)
         runtime_sizes = service.runtime.sizes() if service.runtime else {}
     edo_sps = [args.steps / t for t in edo_times]
@@ -437,7 +470,7 @@ def main() -> None:
     lines = [
         "# EDO-v0 throughput",
         "",
-        f"Machine: {machine_line(m)}. Command: `python benchmarks/env_throughput.py "
+        f"Machine: {machine_line(m)}. Command: `python -m benchmarks.env_throughput "
         f"--steps {args.steps} --repeats {args.repeats} --warmup {args.warmup} --first-steps {args.first_steps} "
         f"--first-repeats {args.first_repeats} --cold-repeats {args.cold_repeats} --newcomer-repeats {args.newcomer_repeats}"
         + (f" --encoder {args.encoder}" if args.encoder != "transformer" else "")

@@ -2,8 +2,8 @@
 
 Writes ``benchmarks/results/env_validity.json`` and ``.md``::
 
-    python benchmarks/env_validity.py                     # 300 held-out tasks, ~5 min on 2 cores
-    python benchmarks/env_validity.py --episodes 60 --by-hops-episodes 20   # quick
+    python -m benchmarks.env_validity                     # 300 held-out tasks, ~5 min on 2 cores
+    python -m benchmarks.env_validity --episodes 60 --by-hops-episodes 20   # quick
 
 Sections:
 
@@ -33,7 +33,6 @@ Sections:
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,16 +40,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env  # noqa: E402
-from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
-from baselines.probes import PROBES, TEXT_PROBES  # noqa: E402
-from benchmarks.common import machine_line, write_results  # noqa: E402
-from edo_gym.registration import VARIANTS  # noqa: E402
-from edo_gym.validation import collect, info_leak_aucs, leak_aucs, roc_auc, template_probe  # noqa: E402
-from edo_gym.world.language import parse_question  # noqa: E402
-from edo_gym.world.text import answers_match  # noqa: E402
+from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env
+from baselines.heuristics import HEURISTICS, make_heuristic
+from baselines.probes import PROBES, TEXT_PROBES
+from benchmarks.common import machine_line, write_results
+from edo_gym.registration import VARIANTS
+from edo_gym.validation import collect, info_leak_aucs, leak_aucs, roc_auc, template_probe
+from edo_gym.world.language import parse_question
+from edo_gym.world.text import answers_match
 
 TARGETS = {
     "oracle_success_min": 0.80,
@@ -295,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     md = [
         "# EDO-v0 validity",
         "",
-        f"Machine: {machine_line()}. Command: `python benchmarks/env_validity.py --episodes {args.episodes} "
+        f"Machine: {machine_line()}. Command: `python -m benchmarks.env_validity --episodes {args.episodes} "
         f"--by-hops-episodes {args.by_hops_episodes} --seeds {args.seeds}`; seeds {seeds}; held-out (test split) tasks; "
         f"{time.time() - t0:.0f} s.",
         "",

@@ -14,9 +14,9 @@ success. Heuristic policies are evaluated on the same task set for reference.
 
 Usage::
 
-    python benchmarks/grpo_vs_ppo.py                 # full: 5 seeds x 4 algorithms x 300k steps, tuned ent_coef each
-    python benchmarks/grpo_vs_ppo.py --quick         # reduced: 2 seeds x 40k steps, 60 tasks (make bench-quick)
-    python benchmarks/grpo_vs_ppo.py --ent-coef-from none   # full tier with every algorithm's class default ent_coef
+    python -m benchmarks.grpo_vs_ppo                 # full: 5 seeds x 4 algorithms x 300k steps, tuned ent_coef each
+    python -m benchmarks.grpo_vs_ppo --quick         # reduced: 2 seeds x 40k steps, 60 tasks (make bench-quick)
+    python -m benchmarks.grpo_vs_ppo --ent-coef-from none   # full tier with every algorithm's class default ent_coef
 
 Setup (``--setup``): by default (``levers``) every algorithm trains with the best configuration of ``study_levers.py``,
 the one ``make train`` uses: the text features and the plan check in the observation (``text_features=True``,
@@ -41,17 +41,15 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.bench_lib import EVAL_SEED, RunSpec, mean_ci95, median_or_none, time_to_target  # noqa: E402
-from benchmarks.common import machine_info, machine_line  # noqa: E402
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
+from benchmarks.bench_lib import EVAL_SEED, RunSpec, mean_ci95, median_or_none, time_to_target
+from benchmarks.common import machine_info, machine_line
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered
 
 NAME = "grpo_vs_ppo"
 #: The entropy sweep's committed result, relative to the repository root (the full tier's default).
 TUNED_ENT_COEFS = "benchmarks/results/tune_ent_coef.json"
 ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
-#: The best learned policy should beat the strongest observation-only heuristic by this much (issue 10).
+#: The best learned policy should beat the strongest observation-only heuristic by this much.
 RULE_BASED_MARGIN = 0.05
 TARGETS = {"params_ratio_max": 0.55, "success_gap_max": 0.02, "time_to_target_ratio_max": 0.6}
 #: ``--setup``: a description, the env options and the training overrides (besides ``net_arch`` and ``ent_coef``) that

@@ -16,8 +16,8 @@ Two measurements, both with seeded random legal actions:
 
 Usage::
 
-    python benchmarks/llm_throughput.py                 # K = 1 2 4, 180 s each, replay of 20 episodes x 7 passes
-    python benchmarks/llm_throughput.py --ks 1 2 --seconds 20 --replay-episodes 5   # quick
+    python -m benchmarks.llm_throughput                 # K = 1 2 4, 180 s each, replay of 20 episodes x 7 passes
+    python -m benchmarks.llm_throughput --ks 1 2 --seconds 20 --replay-episodes 5   # quick
 
 Results: ``benchmarks/results/llm_throughput.{json,md}`` (or ``--out-dir``). JSON keys: ``settings``, ``live``
 (one entry per K: ``k``, ``episodes``, ``steps``, ``wall_s``, ``episodes_per_s``, ``steps_per_s``,
@@ -39,9 +39,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import command_line, machine_line, median_iqr, write_results  # noqa: E402
+from benchmarks.common import command_line, machine_line, median_iqr, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

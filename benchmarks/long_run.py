@@ -8,7 +8,7 @@ token counts), how many queries ran the embedding model / a real chromadb search
 Pass criteria (the process exits 1 if one fails): every cache stays within its configured bound, and RSS at the
 end exceeds RSS at the end of the warm-up (``--warmup`` steps) by at most ``--max-growth-pct`` percent.
 
-Usage: ``python benchmarks/long_run.py [--steps 200000] [--warmup 20000] [--sample-every 5000] [--seed 0]``;
+Usage: ``python -m benchmarks.long_run [--steps 200000] [--warmup 20000] [--sample-every 5000] [--seed 0]``;
 ``--query-cache-size N --result-cache-size M --name long_run_small_caches`` shows the caches plateau at their
 bounds (LRU eviction) within a short run. Results: ``benchmarks/results/<name>.{json,md}`` (default ``long_run``).
 """
@@ -23,10 +23,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import machine_info, machine_line, write_results  # noqa: E402
+from benchmarks.common import machine_info, machine_line, write_results
 
 
 def _rss_mib(proc) -> float:
@@ -194,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         if v is not None
     }
     result = run(args.steps, args.warmup, args.sample_every, args.seed, args.env_id, retrieval)
-    result["command_line"] = "python " + " ".join(["benchmarks/long_run.py", *(argv if argv is not None else sys.argv[1:])])
+    result["command_line"] = " ".join(["python", "-m", "benchmarks.long_run", *(argv if argv is not None else sys.argv[1:])])
     ok = result["caches_within_bounds"] and result["rss_growth_after_warmup_pct"] <= args.max_growth_pct
     result["max_growth_pct"] = args.max_growth_pct
     result["passed"] = ok

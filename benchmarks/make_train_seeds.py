@@ -27,17 +27,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.bench_lib import REPO  # noqa: E402
-from benchmarks.common import RESULTS_DIR, machine_line, write_json_atomic, write_text_atomic  # noqa: E402
-from benchmarks.train_throughput import TRAIN_ARGS as MAKE_TRAIN_ARGS  # noqa: E402
-from benchmarks.train_throughput import without_options  # noqa: E402
+from benchmarks.bench_lib import REPO
+from benchmarks.common import RESULTS_DIR, machine_line, write_json_atomic, write_text_atomic
+from benchmarks.train_throughput import TRAIN_ARGS as MAKE_TRAIN_ARGS
+from benchmarks.train_throughput import without_options
 
-#: ``make train``'s arguments (train_throughput's copy of the Makefile's) less those each run sets: the seed, the update
-#: threads and the evaluation (here ``make train``'s own 200 episodes)
-TRAIN_ARGS = [*without_options(MAKE_TRAIN_ARGS, {"--seed", "--update-threads", "--eval-episodes"}), "--eval-episodes", "200"]
+#: ``make train``'s arguments (train_throughput's copy of the Makefile's) less those each run sets: the seed and the
+#: evaluation (here ``make train``'s own 200 episodes)
+TRAIN_ARGS = [*without_options(MAKE_TRAIN_ARGS, {"--seed", "--eval-episodes"}), "--eval-episodes", "200"]
+#: Where a run's files go while it runs, as its summary names it (the directory is gone once the run is kept)
+TEMPORARY = "<temporary>"
 
 
 def run_name(seed: int, update_threads: int) -> str:

@@ -21,12 +21,12 @@ are those of the serial runner. A failed run is retried once, then reported (sum
 
 Usage::
 
-    python benchmarks/run_suite.py                    # full
-    python benchmarks/run_suite.py --quick            # reduced (make bench-quick)
-    python benchmarks/run_suite.py --quick --only study_horizon study_schools
-    python benchmarks/run_suite.py --smoke --out-dir /tmp/bench --dry-run
-    python benchmarks/run_suite.py --ray              # all cores of this machine
-    python benchmarks/run_suite.py --ray-address auto # an existing Ray cluster
+    python -m benchmarks.run_suite                    # full
+    python -m benchmarks.run_suite --quick            # reduced (make bench-quick)
+    python -m benchmarks.run_suite --quick --only study_horizon study_schools
+    python -m benchmarks.run_suite --smoke --out-dir /tmp/bench --dry-run
+    python -m benchmarks.run_suite --ray              # all cores of this machine
+    python -m benchmarks.run_suite --ray-address auto # an existing Ray cluster
 """
 
 from __future__ import annotations
@@ -39,23 +39,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.common import RESULTS_DIR, machine_info, machine_line, write_results  # noqa: E402
-from benchmarks.executors import usable_cores  # noqa: E402
-from benchmarks.study import (  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_info, machine_line, write_results
+from benchmarks.executors import usable_cores
+from benchmarks.study import (
     Study,
     StudyConfig,
     add_execution_flags,
     add_tier_flags,
     execution_of,
     run_studies,
+    shown_path,
     tier_of,
 )
 
-HERE = Path(__file__).resolve().parent
 #: Scripts in the order they are summarised (study_schools last: it reads grpo_vs_ppo.json).
 SCRIPTS = ("grpo_vs_ppo", "study_levers", "study_horizon", "study_transfer", "study_planner", "study_retriever",
            "study_grpo_variants", "study_ppo_tuning", "study_schools")  # fmt: skip
@@ -88,7 +87,7 @@ def study_flags(tier: str, out_dir: Path) -> list[str]:
 def script_command(name: str, mode: str, out_dir: Path) -> list[str]:
     """The command line that runs one study of the suite on its own at tier ``mode`` (same results)."""
     tier = "smoke" if mode == "tiny" else mode
-    return [sys.executable, str(HERE / f"{name}.py"), *study_flags(tier, out_dir)]
+    return ["python", "-m", f"benchmarks.{name}", *study_flags(tier, Path(shown_path(out_dir)))]
 
 
 def configure(names: list[str], tier: str, out_dir: Path) -> list[tuple[Study, StudyConfig]]:

@@ -9,10 +9,10 @@ the simulator) and saved next to the results; ``--policy-model PATH`` uses anoth
 
 Usage::
 
-    python benchmarks/sim_to_real.py                       # 20 held-out tasks, local SmolLM2 (1 thread), record mode
-    python benchmarks/sim_to_real.py --episodes 5          # a quick look
-    python benchmarks/sim_to_real.py --llm-cache-mode replay   # offline, from the committed recording
-    python benchmarks/sim_to_real.py --base-url http://127.0.0.1:8000/v1 --model my-model --out-dir /tmp/s2r
+    python -m benchmarks.sim_to_real                       # 20 held-out tasks, local SmolLM2 (1 thread), record mode
+    python -m benchmarks.sim_to_real --episodes 5          # a quick look
+    python -m benchmarks.sim_to_real --llm-cache-mode replay   # offline, from the committed recording
+    python -m benchmarks.sim_to_real --base-url http://127.0.0.1:8000/v1 --model my-model --out-dir /tmp/s2r
 
 Tiers (``--env``): ``EDO-v0`` and ``EDO-Small-v0`` (tasks within a small model's reach). Where
 ``benchmarks/calibrate_simulator.py`` has fitted the tier's team to the real model (``<out-dir>/calibration/<env>.json``,
@@ -20,8 +20,8 @@ or ``--calibration PATH``), a third backend, ``calibrated``, runs the simulator 
 ``grpo_calibrated`` is GRPO trained in it, and the real model runs with that team too: the same shards, prices and
 ``top_k`` (so the same requests), with the fitted skills as the hidden state the oracle ranks workers by.
 
-    python benchmarks/calibrate_simulator.py --env EDO-Small-v0
-    python benchmarks/sim_to_real.py --env EDO-Small-v0 --episodes 60 \
+    python -m benchmarks.calibrate_simulator --env EDO-Small-v0
+    python -m benchmarks.sim_to_real --env EDO-Small-v0 --episodes 60 \
         --policies static_pipeline oracle rule_based grpo grpo_calibrated greedy_router random
 
 Resumable: one record per (backend, policy) under ``<out-dir>/records/sim_to_real/`` (``.../<env>/`` for tiers other
@@ -47,12 +47,10 @@ from typing import Any
 
 import gymnasium as gym
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from baselines.evaluation import EvalResult, evaluate_heuristic, evaluate_model, heldout_task_ids, make_eval_env  # noqa: E402
-from baselines.heuristics import HEURISTICS, make_heuristic  # noqa: E402
-from benchmarks.common import command_line, machine_line, write_json_atomic, write_results  # noqa: E402
-from edo_gym.llm.errors import LLMBackendError  # noqa: E402
+from baselines.evaluation import EvalResult, evaluate_heuristic, evaluate_model, heldout_task_ids, make_eval_env
+from baselines.heuristics import HEURISTICS, make_heuristic
+from benchmarks.common import command_line, machine_line, write_json_atomic, write_results
+from edo_gym.llm.errors import LLMBackendError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -473,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backends is None:
         args.backends = [b for b in BACKENDS if calibrated or b != "calibrated"]
     if not calibrated and ("calibrated" in args.backends or "grpo_calibrated" in args.policies):
-        p.error(f"no calibration at {args.calibration}: run benchmarks/calibrate_simulator.py --env {args.env} first")
+        p.error(f"no calibration at {args.calibration}: run python -m benchmarks.calibrate_simulator --env {args.env} first")
     unknown = sorted(set(args.policies) - set(DEFAULT_POLICIES))
     if unknown:
         p.error(f"unknown policies {unknown}; choose from {list(DEFAULT_POLICIES)}")

@@ -57,6 +57,7 @@ from typing import Any, Generic, TypeVar
 
 from benchmarks.bench_lib import RunSpec
 from benchmarks.common import RESULTS_DIR, git_revision, write_json_atomic, write_results, write_text_atomic
+from benchmarks.executors import RAY_MISSING, execute
 
 T = TypeVar("T")
 
@@ -269,7 +270,7 @@ class Study:
         algos = tuple(self.algos[tier] if args.algos is None else args.algos)
         check_algos(algos, self.name)
         options = argparse.Namespace(**{o.dest: o.resolve(getattr(args, o.dest), tier) for o in self.options})
-        command = " ".join(["python", f"benchmarks/{self.name}.py", *(shlex.quote(a) for a in argv)])
+        command = " ".join(["python", "-m", f"benchmarks.{self.name}", *(shlex.quote(a) for a in argv)])
         given = tuple(k for k in ("seeds", "timesteps", "eval_episodes", "algos") if getattr(args, k) is not None)
         return StudyConfig(name=args.name, tier=tier, budget=budget, algos=algos, options=options, out_dir=Path(args.out_dir),
                            command=command, upstream=tuple(upstream), given=given)  # fmt: skip
@@ -343,8 +344,6 @@ def execution_of(args: argparse.Namespace) -> Execution:
     if args.ray_workers is not None and args.ray_address is not None:
         raise SystemExit("--ray-workers sizes a local Ray instance; a cluster (--ray-address) runs one task per CPU it has")
     if (args.ray or args.ray_address is not None or args.ray_workers is not None) and importlib.util.find_spec("ray") is None:
-        from benchmarks.executors import RAY_MISSING
-
         raise SystemExit(RAY_MISSING)
     return Execution(ray=args.ray or args.ray_address is not None or args.ray_workers is not None, ray_address=args.ray_address,
                      ray_workers=args.ray_workers, summarise_only=args.summarise_only)  # fmt: skip
@@ -456,7 +455,7 @@ def run_studies(
     :func:`benchmarks.executors.execute`, serial or Ray tasks; ``tune_ent_coef.py`` passes Ray Tune's).
     """
     if executor is None:
-        from benchmarks.executors import execute as executor
+        executor = execute
 
     plans: dict[str, list[PlannedRun]] = {}
     stores: dict[str, RunStore] = {}

@@ -19,9 +19,9 @@ every member failed). Runs are one subprocess each, one after the other, seeds i
 
 Usage::
 
-    python benchmarks/study_grpo_variants.py            # full: 3 seeds x 150k steps, 200 tasks
-    python benchmarks/study_grpo_variants.py --quick    # 1 seed x 15k steps, 60 tasks
-    python benchmarks/study_grpo_variants.py --kl 0.1 --groups 4 8 16 32 --seeds 0 1
+    python -m benchmarks.study_grpo_variants            # full: 3 seeds x 150k steps, 200 tasks
+    python -m benchmarks.study_grpo_variants --quick    # 1 seed x 15k steps, 60 tasks
+    python -m benchmarks.study_grpo_variants --kl 0.1 --groups 4 8 16 32 --seeds 0 1
 
 Results: ``benchmarks/results/study_grpo_variants.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``variants`` (name -> ``overrides`` and figures), ``conclusion``, ``runs``.
@@ -36,11 +36,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
-from benchmarks.summary import (  # noqa: E402
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered
+from benchmarks.summary import (
     MISSING,
     difference,
     fmt_figures,

@@ -26,11 +26,11 @@ held-out tasks as the default protocol. Results under ``<algo>_curriculum`` keys
 
 Usage::
 
-    python benchmarks/study_horizon.py            # full: h = 2,4,...,12, 3 seeds, GRPO/GiGPO/PPO/MaskablePPO, 150k steps
-    python benchmarks/study_horizon.py --quick    # h = 2,4,8,12, 2 seeds, GRPO/PPO, 12k steps, 60 tasks
-    python benchmarks/study_horizon.py --hops 2 6 12 --algos grpo ppo --seeds 0 1
-    python benchmarks/study_horizon.py --protocols success_filter   # only the success-filter runs
-    python benchmarks/study_horizon.py --setup train-defaults        # TrainConfig's defaults, no levers
+    python -m benchmarks.study_horizon            # full: h = 2,4,...,12, 3 seeds, GRPO/GiGPO/PPO/MaskablePPO, 150k steps
+    python -m benchmarks.study_horizon --quick    # h = 2,4,8,12, 2 seeds, GRPO/PPO, 12k steps, 60 tasks
+    python -m benchmarks.study_horizon --hops 2 6 12 --algos grpo ppo --seeds 0 1
+    python -m benchmarks.study_horizon --protocols success_filter   # only the success-filter runs
+    python -m benchmarks.study_horizon --setup train-defaults        # TrainConfig's defaults, no levers
 
 Results: ``benchmarks/results/study_horizon.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``results`` (per h: ``algos`` -> figures, ``heuristics`` -> EvalResult dicts), ``gap_grpo_minus_ppo``,
@@ -51,12 +51,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.common import write_json_atomic  # noqa: E402
-from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
-from benchmarks.summary import (  # noqa: E402
+from benchmarks.common import write_json_atomic
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered
+from benchmarks.summary import (
     difference,
     fmt_eval,
     fmt_figures,

@@ -29,11 +29,11 @@ says which lever gave what and whether the best learned point beats rule_based.
 
 Usage::
 
-    python benchmarks/study_levers.py             # full: 5 seeds x 300k steps, 200 held-out tasks (GRPO; the
+    python -m benchmarks.study_levers             # full: 5 seeds x 300k steps, 200 held-out tasks (GRPO; the
                                                   # text-reading teacher's lever also with MaskablePPO)
-    python benchmarks/study_levers.py --quick     # 2 seeds x 100k steps, 100 tasks
-    python benchmarks/study_levers.py --smoke     # plumbing only
-    python benchmarks/study_levers.py --levers view view+bc_rule_based --algos grpo maskable_ppo
+    python -m benchmarks.study_levers --quick     # 2 seeds x 100k steps, 100 tasks
+    python -m benchmarks.study_levers --smoke     # plumbing only
+    python -m benchmarks.study_levers --levers view view+bc_rule_based --algos grpo maskable_ppo
 
 Results: ``benchmarks/results/study_levers.{json,md}``; one record per run under ``benchmarks/results/records/``
 (finished runs are skipped on a restart). JSON keys: ``settings``, ``levers`` (name -> ``description``,
@@ -44,15 +44,12 @@ Results: ``benchmarks/results/study_levers.{json,md}``; one record per run under
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path  # noqa: E402
-from benchmarks.summary import MISSING, fmt_stats, header, seed_stats  # noqa: E402
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path
+from benchmarks.summary import MISSING, fmt_stats, header, seed_stats
 
 NAME = "study_levers"
 

@@ -9,9 +9,9 @@ text features, plan check and warm start on ``plan_check_text``'s episodes; ``tr
 
 Usage::
 
-    python benchmarks/study_planner.py            # full: 4 rates x replan on/off, GRPO 3 seeds x 150k steps, 200 tasks
-    python benchmarks/study_planner.py --quick    # GRPO 1 seed x 10k steps, 60 tasks
-    python benchmarks/study_planner.py --rates 0 0.4 --algos grpo ppo
+    python -m benchmarks.study_planner            # full: 4 rates x replan on/off, GRPO 3 seeds x 150k steps, 200 tasks
+    python -m benchmarks.study_planner --quick    # GRPO 1 seed x 10k steps, 60 tasks
+    python -m benchmarks.study_planner --rates 0 0.4 --algos grpo ppo
 
 Results: ``benchmarks/results/study_planner.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``results`` (one entry per (rate, replan): ``error_rate``, ``enable_replan``, ``algos``, ``heuristics``),
@@ -24,11 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
-from benchmarks.summary import (  # noqa: E402
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered
+from benchmarks.summary import (
     MISSING,
     difference,
     finite_mean,

@@ -8,7 +8,7 @@ shared-settings runs, all with ``--setup`` (default ``levers``: ``make train``'s
 start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s). It picks nothing automatically: it
 prints every setting's held-out success.
 
-Usage: ``python benchmarks/study_ppo_tuning.py [--quick] [--seeds 0] [--timesteps 300000]``.
+Usage: ``python -m benchmarks.study_ppo_tuning [--quick] [--seeds 0] [--timesteps 300000]``.
 Results: ``benchmarks/results/study_ppo_tuning.{json,md}``.
 """
 
@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path  # noqa: E402
-from benchmarks.summary import MISSING, header, seed_stats  # noqa: E402
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path
+from benchmarks.summary import MISSING, header, seed_stats
 
 NAME = "study_ppo_tuning"
 #: name -> TrainConfig overrides (on top of the shared defaults: lr 1e-4, ent 0.01, n_steps 256 x 16 envs,

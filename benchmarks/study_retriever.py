@@ -19,8 +19,8 @@ embedder and one collection per worker).
 
 Usage::
 
-    python benchmarks/study_retriever.py            # full: all queries, 1..8 workers, GRPO 50k steps per model
-    python benchmarks/study_retriever.py --quick    # all queries, workers 1,4,8, no GRPO, 60 tasks
+    python -m benchmarks.study_retriever            # full: all queries, 1..8 workers, GRPO 50k steps per model
+    python -m benchmarks.study_retriever --quick    # all queries, workers 1,4,8, no GRPO, 60 tasks
 
 Results: ``benchmarks/results/study_retriever.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``models`` (model -> ``model_id``, ``recall`` (worker -> shard, n, recall@k, distractor_top1), ``latency_ms``,
@@ -40,16 +40,14 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.bench_lib import REPO  # noqa: E402
-from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
-from benchmarks.summary import fmt_eval, header, heuristic_results, pyplot  # noqa: E402
+from benchmarks.bench_lib import REPO
+from benchmarks.env_throughput import KS, retrieval_latency, shard_recall
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered
+from benchmarks.summary import fmt_eval, header, heuristic_results, pyplot
 
 NAME = "study_retriever"
 HEURISTICS = ("oracle", "greedy_router", "static_pipeline")
-KS = (1, 3, 5)
 
 _MEMORY_SNIPPET = """
 import dataclasses, json, sys, time
@@ -89,6 +87,14 @@ def hf_hub_dir() -> Path:
     )
 
 
+def shown_hf_hub_dir() -> str:
+    """:func:`hf_hub_dir` as the results write it: symbolically (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or
+    ``~/.cache/huggingface/hub``), not as this machine's directory."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return "$HF_HUB_CACHE"
+    return "$HF_HOME/hub" if os.environ.get("HF_HOME") else "~/.cache/huggingface/hub"
+
+
 def local_sentence_transformers() -> list[str]:
     """Model names in the local HF cache with a sentence-transformers snapshot (``modules.json``)."""
     hub = hf_hub_dir()
@@ -99,38 +105,6 @@ def local_sentence_transformers() -> list[str]:
             if snaps.is_dir() and any((s / "modules.json").is_file() for s in snaps.iterdir()):
                 found.append(d.name.removeprefix("models--").replace("--", "/"))
     return found
-
-
-def shard_recall(env: Any, max_queries: int | None) -> dict[str, Any]:
-    """recall@k and distractor-at-top-1 per worker, over the canonical questions of the facts in its shard."""
-    from edo_gym.world.generator import RELATIONS
-
-    base = env.unwrapped
-    world = base.world
-    gold = {(d.subject, d.relation): i for i, d in enumerate(world.documents) if not d.is_distractor}
-    out = {}
-    for w, spec in enumerate(base.config.workers):
-        retriever = base.service.retrievers[w]
-        facts = [f for f in world.facts if RELATIONS[f[1]].domain in retriever.domains]
-        if max_queries is not None:
-            facts = facts[:max_queries]
-        hits = {k: 0 for k in KS}
-        distractor_top1 = 0
-        for subject, rel in facts:
-            ids = retriever.search(RELATIONS[rel].question.format(x=subject), max(KS))
-            target = gold[(subject, rel)]
-            for k in KS:
-                hits[k] += target in ids[:k]
-            if ids and ids[0] != target and world.documents[ids[0]].is_distractor and world.documents[ids[0]].relation == rel:
-                distractor_top1 += 1
-        n = len(facts)
-        out[spec.name] = {
-            "shard": list(spec.shard),
-            "n_queries": n,
-            **{f"recall@{k}": hits[k] / n if n else None for k in KS},
-            "distractor_top1": distractor_top1 / n if n else None,
-        }
-    return out
 
 
 #: The static (model2vec) encoder distilled from the default model (``retrieval.encoder="static"``), measured as a model.
@@ -163,7 +137,6 @@ def points(cfg: StudyConfig) -> dict[str, Point]:
 
 def measure_model(model: str, cfg: StudyConfig, runs: RunSet) -> dict[str, Any]:
     from baselines.evaluation import make_eval_env
-    from benchmarks.env_throughput import retrieval_latency
 
     opts = cfg.options
     env = make_eval_env("EDO-v0", **model_kwargs(model))
@@ -292,7 +265,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
         print(
             f"no sentence-transformers model besides the default in the local HF cache ({hf_hub_dir()}); measuring the default only"
         )
-    settings = {"command": cfg.command, "mode": cfg.tier, "models": models, "hf_cache": str(hf_hub_dir()),
+    settings = {"command": cfg.command, "mode": cfg.tier, "models": models, "hf_cache": shown_hf_hub_dir(),
                 "other_models_found": others, "workers": opts.workers, "max_queries_per_shard": opts.max_queries,
                 "latency_queries": opts.latency_queries, "eval_episodes": cfg.budget.eval_episodes,
                 "grpo_steps": cfg.budget.timesteps, "seeds": list(cfg.budget.seeds[:1]),

@@ -21,9 +21,9 @@ illegal-action penalties).
 
 Usage::
 
-    python benchmarks/study_schools.py                      # learned from grpo_vs_ppo.json, else trained 100k steps x 3 seeds
-    python benchmarks/study_schools.py --quick              # learned from grpo_vs_ppo.json, else 20k steps x 1 seed, 60 tasks
-    python benchmarks/study_schools.py --train --train-steps 50000 --seeds 0 1
+    python -m benchmarks.study_schools                      # learned from grpo_vs_ppo.json, else trained 100k steps x 3 seeds
+    python -m benchmarks.study_schools --quick              # learned from grpo_vs_ppo.json, else 20k steps x 1 seed, 60 tasks
+    python -m benchmarks.study_schools --train --train-steps 50000 --seeds 0 1
 
 Results: ``benchmarks/results/study_schools.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``source``, ``policies`` (name -> school, learned, success, return, tokens, calls, latency_s, cost_reward_units),
@@ -39,12 +39,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.bench_lib import RunSpec  # noqa: E402
-from benchmarks.common import RESULTS_DIR  # noqa: E402
-from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path, train_spec  # noqa: E402
-from benchmarks.summary import header, heuristic_results, pyplot  # noqa: E402
+from benchmarks.bench_lib import RunSpec
+from benchmarks.common import RESULTS_DIR
+from benchmarks.study import Budget, Option, Point, RunSet, Study, StudyConfig, Tiered, shown_path, train_spec
+from benchmarks.summary import header, heuristic_results, pyplot
 
 NAME = "study_schools"
 ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
@@ -123,7 +121,7 @@ def llm_router_row(cfg: StudyConfig) -> dict[str, Any] | None:
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
         if given:
-            raise SystemExit(f"--llm-router-from {given}: no such file (run benchmarks/sim_to_real.py first)")
+            raise SystemExit(f"--llm-router-from {given}: no such file (run python -m benchmarks.sim_to_real first)")
         return None
     data = json.loads(path.read_text())
     row = data.get("results", {}).get("real", {}).get("llm_router")

@@ -10,9 +10,9 @@ reference for each column.
 
 Usage::
 
-    python benchmarks/study_transfer.py            # full: GRPO and PPO, 3 seeds, 150k steps, 200 tasks
-    python benchmarks/study_transfer.py --quick    # GRPO, 1 seed, 15k steps, 60 tasks
-    python benchmarks/study_transfer.py --algos grpo ppo maskable_ppo --seeds 0 1
+    python -m benchmarks.study_transfer            # full: GRPO and PPO, 3 seeds, 150k steps, 200 tasks
+    python -m benchmarks.study_transfer --quick    # GRPO, 1 seed, 15k steps, 60 tasks
+    python -m benchmarks.study_transfer --algos grpo ppo maskable_ppo --seeds 0 1
 
 Results: ``benchmarks/results/study_transfer.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``,
 ``matrix`` (algo -> train env -> eval env -> success over seeds), ``heuristics`` (eval env -> name ->
@@ -28,11 +28,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
-from benchmarks.study import Budget, Point, RunSet, Study, StudyConfig, Tiered  # noqa: E402
-from benchmarks.summary import (  # noqa: E402
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings
+from benchmarks.study import Budget, Point, RunSet, Study, StudyConfig, Tiered
+from benchmarks.summary import (
     difference,
     finite_mean,
     fmt_eval,

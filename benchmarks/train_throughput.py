@@ -1,4 +1,4 @@
-"""``make train``'s training rate against the env's own steady-state rate, measured in the same run (issue 12).
+"""``make train``'s training rate against the env's own steady-state rate, measured in the same run.
 
 Each repeat runs, one after the other and each in a fresh process, on copies of one cache directory in the same
 state (complete embeddings and the world's reachable queries embedded and searched ahead, as ``make prepare`` leaves
@@ -22,9 +22,9 @@ training, a different reference from (2): the policy's actions, 16 envs, seeded 
 
 Usage::
 
-    python benchmarks/train_throughput.py                 # 2 repeats, 300k training steps
-    python benchmarks/train_throughput.py --repeats 1 --timesteps 100000
-    python benchmarks/train_throughput.py --train-arg=--vec-env=subproc     # make train's arguments plus these
+    python -m benchmarks.train_throughput                 # 2 repeats, 300k training steps
+    python -m benchmarks.train_throughput --repeats 1 --timesteps 100000
+    python -m benchmarks.train_throughput --train-arg=--vec-env=subproc     # make train's arguments plus these
 
 With ``--train-arg`` options (extra ``edo train`` arguments, appended to make train's), the figures are those of
 that training setting; with worker processes (``--vec-env subproc``), the per-CPU-second ratio is not
@@ -47,11 +47,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.bench_lib import REPO  # noqa: E402
-from benchmarks.common import machine_line, median_iqr, write_results  # noqa: E402
+from benchmarks.bench_lib import REPO
+from benchmarks.common import machine_line, median_iqr, write_results
 
 TARGET = 0.35
 #: ``make train``'s arguments (Makefile, target ``train``), evaluation off.
@@ -78,7 +77,9 @@ def without_options(args: list[str], options: set[str]) -> list[str]:
     return [arg for span in option_spans(args) if span[0] not in options for arg in span]
 
 
-_COMPLETE = """
+#: A child process's code that prepares its cache directory as ``make prepare`` does (argv: ``1``/``0`` for the
+#: reachable queries, then the env kwargs as JSON).
+COMPLETE_CACHE = """
 import json, sys, gymnasium as gym, edo_gym
 env = gym.make("EDO-v0", **(json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})); env.reset(seed=0)
 top_k = [w.spec.top_k for w in env.unwrapped.workers]
@@ -100,7 +101,7 @@ print(json.dumps({"wall": wall, "cpu": cpu}))
 """
 
 
-def _env(cache_dir: Path, code_dir: Path = REPO) -> dict[str, str]:
+def child_env(cache_dir: Path, code_dir: Path = REPO) -> dict[str, str]:
     """The environment of a process that runs the code in ``code_dir`` (first on ``PYTHONPATH``) on ``cache_dir``."""
     return dict(os.environ, EDO_GYM_CACHE_DIR=str(cache_dir), HF_HUB_OFFLINE="1",
                 PYTHONPATH=str(code_dir) + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
@@ -112,13 +113,13 @@ def prepare_cache(cache_dir: Path, reachable: bool = True, env_kwargs: dict[str,
 
     :param env_kwargs: ``gym.make("EDO-v0", ...)`` kwargs of the env prepared (e.g. ``{"retrieval": {"encoder":
         "static"}}``, as ``edo prepare --retrieval-encoder static``); JSON-serialisable."""
-    proc = subprocess.run([sys.executable, "-c", _COMPLETE, "1" if reachable else "0", json.dumps(env_kwargs or {})],
-                          env=_env(cache_dir), capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", COMPLETE_CACHE, "1" if reachable else "0", json.dumps(env_kwargs or {})],
+                          env=child_env(cache_dir), capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"preparing the cache directory {cache_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def _has_workers(extra_args: list[str]) -> bool:
+def has_workers(extra_args: list[str]) -> bool:
     """Whether ``edo train`` arguments ask for a VecEnv with worker processes."""
     joined = " ".join(extra_args).replace("=", " ").split()
     return any(a == "--vec-env" and b == "subproc" for a, b in zip(joined, joined[1:], strict=False))
@@ -140,13 +141,13 @@ def train_rate(cache_dir: Path, out_dir: Path, timesteps: int, extra_args: list[
         "--output-dir",
         str(out_dir),
     ]
-    proc = subprocess.run(cmd, env=_env(cache_dir), capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=child_env(cache_dir), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"edo train failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     (summary,) = out_dir.glob("*.json")
     data = json.loads(summary.read_text())
     times = data.get("time_breakdown") or {}
-    cpu_s = None if _has_workers(extra_args) else times.get("process_cpu_s")  # workers' CPU time is not in it
+    cpu_s = None if has_workers(extra_args) else times.get("process_cpu_s")  # workers' CPU time is not in it
     return {"steps": data["num_timesteps"], "train_wall_s": data["train_wall_s"],
             "steps_per_s": data["num_timesteps"] / data["train_wall_s"], "time_breakdown": data.get("time_breakdown"),
             "steps_per_cpu_s": data["num_timesteps"] / cpu_s if cpu_s else None,
@@ -189,7 +190,7 @@ def per_step_breakdown(run: dict[str, Any], target: float = TARGET) -> dict[str,
 def warm_rate(cache_dir: Path, warmup: int, steps: int, repeats: int) -> dict[str, list[float]]:
     """The env alone in a fresh process, over ``repeats`` windows after ``warmup`` random legal steps: steps per
     second (``"wall"``) and per CPU second of the process (``"cpu"``) of each window."""
-    proc = subprocess.run([sys.executable, "-c", _WARM, str(warmup), str(steps), str(repeats)], env=_env(cache_dir),
+    proc = subprocess.run([sys.executable, "-c", _WARM, str(warmup), str(steps), str(repeats)], env=child_env(cache_dir),
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"warm env measurement failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         "# make train's rate against the env's own steady-state rate, same run",
         "",
         machine_line(),
-        f"Command: `{' '.join(['python', 'benchmarks/train_throughput.py', *(argv if argv is not None else sys.argv[1:])])}`. "
+        f"Command: `{' '.join(['python', '-m', 'benchmarks.train_throughput', *(argv if argv is not None else sys.argv[1:])])}`. "
         f"Load average at start {load0:.1f}.",
         "",
         "| repeat | training steps/s | env alone steps/s (median) | ratio | same, per CPU second | env stepping share of "

@@ -19,10 +19,10 @@ Finished trials are stored as run records (``<out-dir>/records/tune_ent_coef/``)
 
 Needs Ray (``pip install "edo-gym[ray]"``). Usage::
 
-    python benchmarks/tune_ent_coef.py                         # full: 6 values x 3 seeds x 3 algorithms x 300k steps
-    python benchmarks/tune_ent_coef.py --quick                 # 3 values x 1 seed x 40k steps, 60 tasks
-    python benchmarks/tune_ent_coef.py --smoke --ray-workers 2 # plumbing only
-    python benchmarks/tune_ent_coef.py --ray-address auto      # on an existing Ray cluster
+    python -m benchmarks.tune_ent_coef                         # full: 6 values x 3 seeds x 3 algorithms x 300k steps
+    python -m benchmarks.tune_ent_coef --quick                 # 3 values x 1 seed x 40k steps, 60 tasks
+    python -m benchmarks.tune_ent_coef --smoke --ray-workers 2 # plumbing only
+    python -m benchmarks.tune_ent_coef --ray-address auto      # on an existing Ray cluster
 
 Results: ``benchmarks/results/tune_ent_coef.{json,md,png}`` (or ``--out-dir``). JSON keys: ``settings``, ``grid``
 (algo -> ent_coef -> validation success/return over seeds), ``best`` (algo -> chosen ent_coef and its figures),
@@ -40,12 +40,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.bench_lib import REPO, RunSpec  # noqa: E402
-from benchmarks.executors import RAY_MISSING, RETRIES, OnFailure, OnSuccess, init_ray, run_spec_dict  # noqa: E402
-from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings  # noqa: E402
-from benchmarks.study import (  # noqa: E402
+from benchmarks.bench_lib import REPO, RunSpec
+from benchmarks.executors import RAY_MISSING, RETRIES, OnFailure, OnSuccess, init_ray, run_spec_dict
+from benchmarks.grpo_vs_ppo import SETUPS, setup_option, setup_settings
+from benchmarks.study import (
     Budget,
     Execution,
     Option,
@@ -59,7 +57,7 @@ from benchmarks.study import (  # noqa: E402
     run_studies,
     train_spec,
 )
-from benchmarks.summary import MISSING, fmt_stats, header, pyplot, seed_stats  # noqa: E402
+from benchmarks.summary import MISSING, fmt_stats, header, pyplot, seed_stats
 
 NAME = "tune_ent_coef"
 ALGOS = ("grpo", "ppo", "maskable_ppo")
@@ -134,7 +132,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
             )
     path = cfg.out_dir / (cfg.name + ".json")
     shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
-    lines.append(f"- Use them: `python benchmarks/grpo_vs_ppo.py --ent-coef-from {shown}`.")
+    lines.append(f"- Use them: `python -m benchmarks.grpo_vs_ppo --ent-coef-from {shown}`.")
     if len(b.seeds) < 2:
         lines.append("- One seed per cell: the choice is noisy; differences of a few tasks are not evidence.")
     payload = {"settings": settings, "grid": grid, "best": best, "runs": runs.by_key()}

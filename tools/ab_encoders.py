@@ -14,24 +14,22 @@ trajectories: each window also reports how many texts its encoder embedded (no c
 searches it ran. Reported per round and as medians: each arm's microseconds per EDO step, its ratio to CartPole's rate
 in the same window, and the static / default time per EDO step.
 
-Usage: ``python tools/ab_encoders.py [--rounds 7] [--steps 20000] [--warmup 150000]``.
+Usage: ``python -m tools.ab_encoders [--rounds 7] [--steps 20000] [--warmup 150000]``.
 Results: ``tools/results/ab_encoders.{json,md}`` (or ``--out-dir``).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.common import git_revision, machine_line  # noqa: E402
-from benchmarks.train_throughput import prepare_cache  # noqa: E402
-from tools.ab_windows import Arm, alternate, close_arms, parse_args, summarise, write_ab_results  # noqa: E402
+from benchmarks.common import git_revision, machine_line
+from benchmarks.train_throughput import prepare_cache
+from tools.ab_windows import Arm, alternate, close_arms, parse_args, summarise, write_ab_results
 
 ARMS = ("default", "static")
 _KWARGS: dict[str, dict[str, Any]] = {"default": {}, "static": {"retrieval": {"encoder": "static"}}}
@@ -73,7 +71,7 @@ def main() -> None:
     md = [
         "# A/B: the static (model2vec) retrieval encoder against the default one (warm EDO-v0 steps)",
         "",
-        f"Machine: {machine_line()}. Revision {rev}. Command: `python tools/ab_encoders.py "
+        f"Machine: {machine_line()}. Command: `python -m tools.ab_encoders "
         f"--rounds {args.rounds} --steps {args.steps} --warmup {args.warmup}`.",
         "",
         "Two long-lived processes of the same code (`retrieval.encoder` default / `static`), each on a cache directory "

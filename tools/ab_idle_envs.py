@@ -8,7 +8,7 @@ and ``--eval-episodes 0``, "off" (``step_some`` removed from the class, so every
 times, on one cache directory prepared as ``make prepare`` leaves it. Reported per arm: training steps/s, CPU
 seconds of the process, env stepping seconds and env steps taken (medians), and the on / off ratios.
 
-Usage: ``python tools/ab_idle_envs.py [--repeats 3] [--timesteps 300000]``.
+Usage: ``python -m tools.ab_idle_envs [--repeats 3] [--timesteps 300000]``.
 Results: ``tools/results/ab_idle_envs.{json,md}`` (or ``--out-dir``).
 """
 
@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
-from benchmarks.train_throughput import _COMPLETE, TRAIN_ARGS, _env  # noqa: E402
+from benchmarks.train_throughput import COMPLETE_CACHE, TRAIN_ARGS, child_env  # noqa: E402
 
 _TRAIN = """
 import sys
@@ -45,7 +44,7 @@ sys.exit(main(["train", *sys.argv[2:]]))
 def train_once(arm: str, cache_dir: Path, out_dir: Path, timesteps: int) -> dict[str, Any]:
     """One fresh ``edo train`` process in arm ``arm``: its saved summary's rate and time breakdown."""
     args = [*TRAIN_ARGS, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
-    proc = subprocess.run([sys.executable, "-c", _TRAIN, arm, *args], env=_env(cache_dir), capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", _TRAIN, arm, *args], env=child_env(cache_dir), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"edo train ({arm}) failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     (summary,) = out_dir.glob("*.json")
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
         print("preparing the cache (as make prepare) ...", flush=True)
-        subprocess.run([sys.executable, "-c", _COMPLETE, "1"], env=_env(cache), check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", COMPLETE_CACHE, "1"], env=child_env(cache), check=True, capture_output=True)
         for r in range(args.repeats):
             for arm in ("off", "on"):
                 run = train_once(arm, cache, Path(tmp) / f"{arm}{r}", args.timesteps)
@@ -95,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {key: summary["on"][key] / summary["off"][key] for key in keys}
     payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS},
                "revision": git_revision(), "runs": runs, "summary": summary, "on_over_off": ratios}  # fmt: skip
-    command = " ".join(["python", "tools/ab_idle_envs.py", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python", "-m", "tools.ab_idle_envs", *(argv if argv is not None else sys.argv[1:])])
     lines = [
         "# Idle envs at the end of a GRPO rollout: stepped (off) or left where they are (on)",
         "",
-        f"{machine_line()}. Command: `{command}` (revision {payload['revision']}). Fresh `edo train` processes with "
+        f"{machine_line()}. Command: `{command}`. Fresh `edo train` processes with "
         f"`make train`'s arguments, {args.timesteps:,} steps, alternated off / on, {args.repeats} of each; medians.",
         "",
         "| arm | training steps/s | CPU s of the process | env stepping s | env steps taken |",

@@ -11,7 +11,7 @@ base ratio of training wall time per pair and its median, and whether the two ar
 ``make train``'s that the base's ``edo train`` lacks (such as ``--update-threads`` for a base older than that option)
 is left out of both, and the results say so.
 
-Usage: ``python tools/ab_revisions.py --base REV [--repeats 3] [--timesteps 300000] [--no-reachable]``.
+Usage: ``python -m tools.ab_revisions --base REV [--repeats 3] [--timesteps 300000] [--no-reachable]``.
 Results: ``tools/results/ab_revisions.{json,md}`` (or ``--out-dir``).
 """
 
@@ -33,13 +33,12 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.bench_lib import REPO  # noqa: E402
 from benchmarks.common import git_revision, machine_line, write_results  # noqa: E402
-from benchmarks.train_throughput import _COMPLETE, PARTS, TRAIN_ARGS, _env, option_spans, without_options  # noqa: E402
+from benchmarks.train_throughput import COMPLETE_CACHE, PARTS, TRAIN_ARGS, child_env, option_spans, without_options  # noqa: E402
 
 
 def resolve_revision(rev: str) -> str:
@@ -61,7 +60,7 @@ def shared_train_args(base_dir: Path, cache_dir: Path) -> tuple[list[str], list[
     """``make train``'s arguments that the base's ``edo train`` knows, for both arms, and the options left out (an
     option added after the base, such as ``--update-threads``; its value goes with it)."""
     proc = subprocess.run([sys.executable, "-m", train_cli(base_dir), "train", "--help"], cwd=base_dir,
-                          env=_env(cache_dir, base_dir), capture_output=True, text=True)  # fmt: skip
+                          env=child_env(cache_dir, base_dir), capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"edo train --help in {base_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     known = set(re.findall(r"--[A-Za-z0-9][A-Za-z0-9-]*", proc.stdout))  # "[--seed SEED]", "--seed SEED", ...
@@ -83,7 +82,7 @@ def train_once(
     """
     train_args = TRAIN_ARGS if train_args is None else train_args
     args = ["-m", train_cli(code_dir), "train", *train_args, "--timesteps", str(timesteps), "--output-dir", str(out_dir)]
-    proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=_env(cache_dir, code_dir),
+    proc = subprocess.run([sys.executable, *args], cwd=code_dir, env=child_env(cache_dir, code_dir),
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"edo train in {code_dir} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -98,10 +97,6 @@ def train_once(
         "time_breakdown": data["time_breakdown"],
         "_policy": policy,
     }
-
-
-def _short(rev: str) -> str:
-    return rev[:12] + ("+dirty" if rev.endswith("+dirty") else "")
 
 
 def same_parameters(a: bytes, b: bytes) -> bool:
@@ -141,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  the base's edo train lacks {' '.join(dropped)}: both arms run without it", flush=True)
             for arm in ("base", "head"):
                 print(f"preparing the {arm} arm's cache (as make prepare) ...", flush=True)
-                subprocess.run([sys.executable, "-c", _COMPLETE, "0" if args.no_reachable else "1"], cwd=code[arm],
-                               env=_env(Path(tmp) / f"cache_{arm}", code[arm]), check=True,
+                subprocess.run([sys.executable, "-c", COMPLETE_CACHE, "0" if args.no_reachable else "1"], cwd=code[arm],
+                               env=child_env(Path(tmp) / f"cache_{arm}", code[arm]), check=True,
                                capture_output=True)  # fmt: skip
             for r in range(args.repeats):
                 for arm in ("base", "head"):
@@ -171,12 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         "median_parts_s": med,
         "same_parameters": same,
     }
-    command = " ".join(["python", "tools/ab_revisions.py", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python", "-m", "tools.ab_revisions", *(argv if argv is not None else sys.argv[1:])])
     less = f" (less `{' '.join(dropped)}`, which the base's `edo train` lacks)" if dropped else ""
     lines = [
         "# make train's training time: an earlier revision (base) against this one (head), alternated",
         "",
-        f"{machine_line()}. Command: `{command}`. Base {base[:12]}, head {_short(head)}. Fresh `edo train` processes with "
+        f"{machine_line()}. Command: `{command}`: base the `--base` revision, head this checkout. Fresh `edo train` processes with "
         f"`make train`'s arguments{less} and `--eval-episodes 0`, {args.timesteps:,} steps, alternated base / head, "
         f"{args.repeats} pairs; each arm on a cache prepared by its own code.",
         "",

@@ -11,7 +11,7 @@ stored). Each process measures, with random legal actions:
 
 The option is exact (the same trajectories, ``tests/retrieval/test_search_cache.py``); this measures what it saves.
 
-Usage: ``python tools/ab_search_cache.py [--repeats 2]``. Results: ``tools/results/ab_search_cache.{json,md}``.
+Usage: ``python -m tools.ab_search_cache [--repeats 2]``. Results: ``tools/results/ab_search_cache.{json,md}``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -40,8 +39,7 @@ env.close()
 """
 
 _RUN = """
-import json, sys, numpy as np, gymnasium as gym, edo_gym
-sys.path.insert(0, {repo!r})
+import json, numpy as np, gymnasium as gym, edo_gym
 from benchmarks.env_throughput import random_legal_steps
 env = gym.make("EDO-v0", retrieval={{"search_cache": {on}}})
 cart = gym.make("CartPole-v1")
@@ -74,16 +72,17 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
         raise SystemExit(f"--warmup must be >= 0, got {args.warmup}")
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(Path(__file__).resolve().parent.parent)  # the runs import benchmarks.env_throughput
     load0 = os.getloadavg()[0]
     runs: dict[str, list[dict]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, EDO_GYM_CACHE_DIR=cache, HF_HUB_OFFLINE="1", TQDM_DISABLE="1")
+        env = dict(os.environ, EDO_GYM_CACHE_DIR=cache, HF_HUB_OFFLINE="1", TQDM_DISABLE="1",
+                   PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))  # fmt: skip
         print("preparing the cache (edo prepare's steps) ...", flush=True)
         subprocess.run([sys.executable, "-c", _PREPARE], env=env, check=True, capture_output=True)
         for r in range(args.repeats):
             for name in ("off", "on"):
-                code = _RUN.format(repo=repo, on=name == "on", first=args.first_steps, warmup=args.warmup,
+                code = _RUN.format(on=name == "on", first=args.first_steps, warmup=args.warmup,
                                    steps=args.steps, windows=args.windows)  # fmt: skip
                 out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
                 result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, rs in runs.items()
     }
     command = (
-        f"python tools/ab_search_cache.py --repeats {args.repeats} --first-steps {args.first_steps} "
+        f"python -m tools.ab_search_cache --repeats {args.repeats} --first-steps {args.first_steps} "
         f"--warmup {args.warmup} --steps {args.steps} --windows {args.windows}"
     )
     payload = {"reproduce": command, "settings": {k: str(v) for k, v in vars(args).items()}, "runs": runs,

@@ -24,12 +24,11 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.common import check_counts, write_results  # noqa: E402
-from benchmarks.train_throughput import _env  # noqa: E402
+from benchmarks.train_throughput import child_env  # noqa: E402
 
 #: An arm: makes EDO-v0 with the JSON kwargs in argv[1], reads "warmup N" / "window N" lines, answers each with a JSON
 #: line (and one when it is ready). The EDO loop is env_throughput's ``random_legal_steps`` plus a sum of rewards (to
@@ -81,7 +80,7 @@ class Arm:
         self, name: str, cache_dir: Path, env_vars: dict[str, str] | None = None, env_kwargs: dict[str, Any] | None = None
     ) -> None:
         self.name = name
-        env = dict(_env(cache_dir), **(env_vars or {}))
+        env = dict(child_env(cache_dir), **(env_vars or {}))
         self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(env_kwargs or {})], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
         self._read()  # the env is made

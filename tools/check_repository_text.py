@@ -22,7 +22,7 @@ in every tracked text file, result folders (``benchmarks/results/``, ``tools/res
 Also bare abbreviated hashes in Markdown prose, and outside result files branches as provenance and clock times in UTC
 (a figure's date is in its result file).
 
-Usage: ``python tools/check_repository_text.py`` (run by ``make lint``); exits 1 and lists every finding.
+Usage: ``python -m tools.check_repository_text`` (run by ``make lint``); exits 1 and lists every finding.
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ studies (no seeds grid, no intervals over seeds):
 
 Usage::
 
-    python tools/diagnostics.py horizon --algo gigpo --hops 8 --min-hops 2 --ent-coef 0.1
-    python tools/diagnostics.py horizon --algo gigpo --hops 8 --min-hops 2 --families all --ent-coef 0.1
-    python tools/diagnostics.py horizon --algo gigpo --hops 8 --ent-coef 0.1 --set filter_on=success --set dynamic_sampling=true
-    python tools/diagnostics.py memory --algo maskable_ppo --history-len 16 --ent-coef 0.1
-    python tools/diagnostics.py memory --algo recurrent_ppo --history-len 4 --ent-coef 0.1
+    python -m tools.diagnostics horizon --algo gigpo --hops 8 --min-hops 2 --ent-coef 0.1
+    python -m tools.diagnostics horizon --algo gigpo --hops 8 --min-hops 2 --families all --ent-coef 0.1
+    python -m tools.diagnostics horizon --algo gigpo --hops 8 --ent-coef 0.1 --set filter_on=success --set dynamic_sampling=true
+    python -m tools.diagnostics memory --algo maskable_ppo --history-len 16 --ent-coef 0.1
+    python -m tools.diagnostics memory --algo recurrent_ppo --history-len 4 --ent-coef 0.1
 
 Results: ``tools/results/diagnostics/<kind>-<algo>-<settings>-s<seed>.json`` (or ``--out-dir``); an existing
 file is not recomputed unless ``--force``.
@@ -33,9 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.common import machine_info, write_json_atomic  # noqa: E402
+from benchmarks.common import machine_info, write_json_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "diagnostics"
 
@@ -85,20 +83,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"bad training settings: {e}") from None
     t0 = time.perf_counter()
     if args.algo == "recurrent_ppo":
-        model = _train_recurrent(cfg)
+        model = train_recurrent(cfg)
     else:
         model, _ = train(cfg)
     train_s = time.perf_counter() - t0
     env = make_eval_env("EDO-v0", **eval_kwargs)
     ids = heldout_task_ids(env, episodes)
     learned = (
-        _evaluate_recurrent(model, env, ids)
+        evaluate_recurrent(model, env, ids)
         if args.algo == "recurrent_ppo"
         else evaluate_model(model, env, ids, name=args.algo)
     )
     heuristics = {n: evaluate_heuristic(make_heuristic(n), env, ids).as_dict() for n in ("rule_based", "static_pipeline")}
     return {
-        "command": "python tools/diagnostics.py " + " ".join(sys.argv[1:]),
+        "command": "python -m tools.diagnostics " + " ".join(sys.argv[1:]),
         "machine": machine_info(),
         "kind": args.kind,
         "algo": args.algo,
@@ -113,7 +111,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _train_recurrent(cfg: Any) -> Any:
+def train_recurrent(cfg: Any) -> Any:
     """sb3-contrib's RecurrentPPO with the settings ``make_algo`` gives PPO (same actor/critic sizes after the LSTM)."""
     from sb3_contrib import RecurrentPPO
 
@@ -131,7 +129,7 @@ def _train_recurrent(cfg: Any) -> Any:
     return model
 
 
-def _evaluate_recurrent(model: Any, env: Any, task_ids: Any) -> Any:
+def evaluate_recurrent(model: Any, env: Any, task_ids: Any) -> Any:
     """``run_episodes`` with the LSTM state carried through each episode and reset at its start."""
     import numpy as np
 

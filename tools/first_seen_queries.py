@@ -15,7 +15,7 @@ Reported: the texts, their counts per window and by family (all steps, and after
 ``env_throughput.py`` uses before its timed windows), and the model's mean milliseconds per text. This says what
 keeps ``env_throughput.py``'s warm windows from the floor without new texts.
 
-Usage: ``python tools/first_seen_queries.py [--steps 300000] [--window 10000] [--settle 150000] [--seed 0]``.
+Usage: ``python -m tools.first_seen_queries [--steps 300000] [--window 10000] [--settle 150000] [--seed 0]``.
 Results: ``tools/results/first_seen_queries.{json,md}`` (or ``--out-dir``).
 """
 
@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -140,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Query texts that still reach the embedding model after `edo prepare` (random legal play)",
         "",
-        machine_line() + f"; revision {payload['revision']}",
-        f"Command: `{' '.join(['python', 'tools/first_seen_queries.py', *(argv if argv is not None else sys.argv[1:])])}`.",
+        machine_line() + ".",
+        f"Command: `{' '.join(['python', '-m', 'tools.first_seen_queries', *(argv if argv is not None else sys.argv[1:])])}`.",
         f"A fresh cache directory prepared as `make prepare` leaves it ({prepare_s:.1f} s, another process), then {args.steps:,} random legal "
         f"steps (seed {args.seed}) in windows of {args.window:,}.",
         "",

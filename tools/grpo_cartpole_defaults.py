@@ -9,15 +9,10 @@ seeds: the final mean return and the mean over all evaluations (area under the l
 
 Usage::
 
-    python tools/grpo_cartpole_defaults.py --out runs/grpo_cartpole_defaults   # 18 settings x 3 seeds
+    python -m tools.grpo_cartpole_defaults --out runs/grpo_cartpole_defaults   # 18 settings x 3 seeds
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
 
 import argparse
 import itertools

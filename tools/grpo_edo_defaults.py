@@ -17,16 +17,11 @@ Runs are resumable: one JSON per run under ``--out`` (finished runs are skipped)
 
 Usage::
 
-    python tools/grpo_edo_defaults.py                          # 3 variants x 3 seeds x 30k, anchors at 6 hop counts
-    python tools/grpo_edo_defaults.py --parts anchors --seeds 0
+    python -m tools.grpo_edo_defaults                          # 3 variants x 3 seeds x 30k, anchors at 6 hop counts
+    python -m tools.grpo_edo_defaults --parts anchors --seeds 0
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
 
 import argparse
 import json
@@ -38,6 +33,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch as th
+
+from benchmarks.common import machine_line
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -164,8 +161,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs.append(result)
         print(name, json.dumps({k: v for k, v in result.items() if k not in ("anchor_repeat_rate_per_rollout",)}), flush=True)
     summary = {
-        "command": "python tools/grpo_edo_defaults.py " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
-        "machine": "AMD EPYC, 2 cores shared with other jobs, torch 2.13.0+cpu, 1 torch thread",
+        "command": "python -m tools.grpo_edo_defaults " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "machine": f"{machine_line()}, torch {th.__version__}, 1 torch thread",
         "settings": {
             "timesteps": args.timesteps,
             "eval_episodes": args.eval_episodes,

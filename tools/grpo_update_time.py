@@ -11,18 +11,13 @@ wall time and for the process's CPU time.
 
 Usage::
 
-    python tools/grpo_update_time.py                        # SB3 PPO's defaults: [64, 64], batch 64, 10 epochs
-    python tools/grpo_update_time.py --net-arch 128 128 --batch-size 512 --n-epochs 4   # `make train`'s
-    python tools/grpo_update_time.py --profile              # plus a cProfile of one GRPO update
-    python tools/grpo_update_time.py --env EDO-v0           # Dict observations: MultiInputPolicy in both
+    python -m tools.grpo_update_time                        # SB3 PPO's defaults: [64, 64], batch 64, 10 epochs
+    python -m tools.grpo_update_time --net-arch 128 128 --batch-size 512 --n-epochs 4   # `make train`'s
+    python -m tools.grpo_update_time --profile              # plus a cProfile of one GRPO update
+    python -m tools.grpo_update_time --env EDO-v0           # Dict observations: MultiInputPolicy in both
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
 
 import argparse
 import cProfile

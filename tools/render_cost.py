@@ -7,7 +7,7 @@ step, and their ratio; then the median over repeats. A frame is drawn from the e
 ``uint8`` image), so its cost does not grow with the number of steps behind it; the ratio says how much slower
 recording a video makes stepping.
 
-Usage: ``python tools/render_cost.py [--episodes 20] [--repeats 3] [--seed 0]``.
+Usage: ``python -m tools.render_cost [--episodes 20] [--repeats 3] [--seed 0]``.
 Results: ``tools/results/render_cost.{json,md}`` (or ``--out-dir``).
 """
 
@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -82,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# rgb_array frames against env steps, same run",
         "",
-        machine_line() + f"; revision {payload['revision']}",
-        f"Command: `{' '.join(['python', 'tools/render_cost.py', *(argv if argv is not None else sys.argv[1:])])}`.",
+        machine_line() + ".",
+        f"Command: `{' '.join(['python', '-m', 'tools.render_cost', *(argv if argv is not None else sys.argv[1:])])}`.",
         "",
         "| repeat | frames | frame ms (median) | frame ms (p90) | step ms (median) | frame / step |",
         "|---|---|---|---|---|---|",

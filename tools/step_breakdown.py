@@ -9,7 +9,7 @@ caches. Each repeat then runs
    searches: their time taken out of the window gives the rest of the step, its "floor" (``rest_us_per_step``), and
    that floor's ratio to CartPole (``rest_over_cartpole``): what the env would reach if no query text were new;
 2. ``--steps`` more with a timer around each part of the env, set on this env's instances only: the env's ``reset`` and
-   ``step``, and inside them the planner call with its parsing (``_make_plan``: at reset and on a replan), dispatches,
+   ``step``, and inside them the planner call with its parsing (``_ask_planner``: at reset and on a replan), dispatches,
    verifications and observations; the workers' searches (with the query forward passes of the embedder,
    and the index queries counted); the model calls (the simulated model itself, then the pricing around it).
 
@@ -25,7 +25,7 @@ call; "harness and wrappers" is the rest of the instrumented time (the random le
 Each timer costs about half a microsecond per call, so the instrumented total is a few microseconds above the
 uninstrumented step; the shares are of the instrumented total. Medians over ``--repeats``.
 
-Usage: ``python tools/step_breakdown.py [--steps 20000] [--repeats 5] [--warmup 150000] [--cache prepared]``.
+Usage: ``python -m tools.step_breakdown [--steps 20000] [--repeats 5] [--warmup 150000] [--cache prepared]``.
 Results: ``tools/results/step_breakdown.{json,md}``.
 """
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -43,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -56,7 +54,7 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("step", "`step`", "the harness"),
     ("dispatch", "dispatch: a worker runs the current step", "`step`"),
     ("verify", "verification by a worker", "`step`"),
-    ("make_plan", "planner call and plan parsing (`_make_plan`)", "`reset`, replan steps"),
+    ("make_plan", "planner call and plan parsing (`_ask_planner`)", "`reset`, replan steps"),
     ("observation", "observation (`_observation`)", "`step`, `reset`"),
     ("search", "worker searches (memo, disk cache, index)", "dispatch, verification"),
     ("forward", "query forward passes of the embedder", "searches"),
@@ -81,7 +79,7 @@ class PartTimers:
         if forward_only:
             return
         for name, key in (("reset", "reset"), ("step", "step"), ("_dispatch", "dispatch"), ("_verify", "verify"),
-                          ("_make_plan", "make_plan"), ("_observation", "observation")):  # fmt: skip
+                          ("_ask_planner", "make_plan"), ("_observation", "observation")):  # fmt: skip
             self._wrap(u, name, key)
         for worker in u.workers:
             self._wrap(worker, "search", "search")
@@ -253,8 +251,8 @@ def measure(args: argparse.Namespace) -> None:
     lines = [
         "# Where a warm EDO-v0 step's time goes",
         "",
-        f"Machine: {machine_line(m)}. Command: `python tools/step_breakdown.py --steps {args.steps} --repeats "
-        f"{args.repeats} --warmup {args.warmup} --cache {args.cache}` (revision {payload['revision']}). Medians over "
+        f"Machine: {machine_line(m)}. Command: `python -m tools.step_breakdown --steps {args.steps} --repeats "
+        f"{args.repeats} --warmup {args.warmup} --cache {args.cache}`. Medians over "
         f"{args.repeats} windows of {args.steps:,} random legal steps after a {args.warmup:,}-step warm-up, "
         + (
             "on a fresh cache directory prepared as `edo prepare` leaves it."

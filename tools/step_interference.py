@@ -1,4 +1,4 @@
-"""How much slower a warm EDO-v0 step runs when other work runs between steps, as in training (issue 12).
+"""How much slower a warm EDO-v0 step runs when other work runs between steps, as in training.
 
 ``make train`` steps its envs at a fraction of the rate ``env_throughput.py`` measures for the env alone, though the
 env code is the same. This script replays the same steps in one process with different work between them and
@@ -17,7 +17,7 @@ then replayed by each arm, arms alternated within each of ``--repeats`` rounds; 
 so the memo caches are warm for all arms alike. Reported: each arm's steps/s (env time only) and its ratio to
 ``tight`` in the same round, medians over rounds. Ratios are the figure; absolute rates depend on the machine.
 
-Usage: ``python tools/step_interference.py [--steps 20000] [--repeats 5] [--warmup 50000]``.
+Usage: ``python -m tools.step_interference [--steps 20000] [--repeats 5] [--warmup 50000]``.
 Results: ``tools/results/step_interference.{json,md}`` (or ``--out-dir``).
 """
 
@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -168,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# EDO-v0 steps with work between them: env time only, same steps, same process",
         "",
-        machine_line() + f"; revision {payload['revision']}",
-        f"Command: `{' '.join(['python', 'tools/step_interference.py', *(argv if argv is not None else sys.argv[1:])])}`; "
+        machine_line() + ".",
+        f"Command: `{' '.join(['python', '-m', 'tools.step_interference', *(argv if argv is not None else sys.argv[1:])])}`; "
         f"{payload['steps']:,} steps in {len(episodes):,} episodes, replayed by each arm in each of {args.repeats} rounds.",
         "",
         "| arm | steps/s (median) | IQR | over tight (median) | IQR |",

@@ -1,4 +1,4 @@
-"""Where training's env time goes, call by call, next to the same env alone (issue 12).
+"""Where training's env time goes, call by call, next to the same env alone.
 
 ``make train`` runs its envs at about half the rate the env reaches alone (``train_throughput.py``). This script
 times the same calls in both settings, each in a fresh process, with timers put on the classes (``perf_counter``
@@ -6,8 +6,8 @@ around each call; they add ~0.3 us a call):
 
 1. ``edo train`` with ``make train``'s arguments (``--timesteps``, default 300k, evaluation off): every
    ``EDOEnv.step`` (by action kind) and ``EDOEnv.reset``, inside those the seeding of ``reset(seed=...)`` (Gymnasium's
-   ``Env.reset``: a new numpy ``Generator``), an env's first reset's retrieval set-up, the planner call with its parsing (``_make_plan``, at reset and on
-   replan steps), the plan tables (``_set_plan``) and the observation; and the policy's forward pass per vector step;
+   ``Env.reset``: a new numpy ``Generator``), an env's first reset's retrieval set-up, the planner call with its parsing (``_ask_planner``, at reset and on
+   replan steps), the plan tables (``_plan_state``) and the observation; and the policy's forward pass per vector step;
 2. the env alone, as ``env_throughput.py`` steps it (random legal actions after ``--warmup`` steps), the same timers
    over ``--steps`` steps;
 3. the policy's forward pass on 16 EDO observations (``make train``'s policy, untrained), in a tight loop and
@@ -21,9 +21,9 @@ uses the configured cache directory (``EDO_GYM_CACHE_DIR`` or the default) as it
 
 Usage::
 
-    python tools/train_call_costs.py                     # 300k training steps, 150k + 100k steps alone
-    python tools/train_call_costs.py --timesteps 100000 --steps 50000
-    python tools/train_call_costs.py --cache default     # on the configured cache directory, as it is
+    python -m tools.train_call_costs                     # 300k training steps, 150k + 100k steps alone
+    python -m tools.train_call_costs --timesteps 100000 --steps 50000
+    python -m tools.train_call_costs --cache default     # on the configured cache directory, as it is
 
 Results: ``tools/results/train_call_costs.{json,md}`` (or ``--out-dir``).
 """
@@ -40,7 +40,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -87,8 +86,8 @@ EDOEnv.step = timed_step
 timed(EDOEnv, "reset", "reset")
 timed(gymnasium.Env, "reset", "reset: seeding (Gymnasium's Env.reset)")
 timed(EDOEnv, "_prepare_retrieval", "reset: retrieval indexes (an env's first reset)")
-timed(EDOEnv, "_make_plan", "planner call and parsing (reset, replan)")
-timed(EDOEnv, "_set_plan", "plan tables (reset, replan)")
+timed(EDOEnv, "_ask_planner", "planner call and parsing (reset, replan)")
+timed(EDOEnv, "_plan_state", "plan tables (reset, replan)")
 timed(EDOEnv, "_observation", "observation")
 
 out = {}
@@ -103,7 +102,6 @@ if mode == "train":
     if rc != 0:
         raise SystemExit(f"edo train failed with exit code {rc}")
 elif mode == "alone":
-    sys.path.insert(0, opts["repo"])
     from benchmarks.env_throughput import random_legal_steps
     env = gymnasium.make("EDO-v0"); rng = np.random.default_rng(0)
     random_legal_steps(env, opts["warmup"], rng, masked=True)
@@ -214,18 +212,18 @@ def main(argv: list[str] | None = None) -> int:
             "train", {"train_args": TRAIN_ARGS, "timesteps": args.timesteps, "out": str(Path(tmp) / "runs")}, caches["train"]
         )
         print(f"the env alone ({args.warmup:,} + {args.steps:,} steps) ...", flush=True)
-        alone = run_child("alone", {"repo": str(REPO), "warmup": args.warmup, "steps": args.steps}, caches["alone"])
+        alone = run_child("alone", {"warmup": args.warmup, "steps": args.steps}, caches["alone"])
         print("the policy's forward pass, tight and alternated with env steps ...", flush=True)
         forward = run_child("forward", {"iters": args.forward_iters}, caches["forward"])["forward_us"]
     parts_train, parts_alone = per_step(train), per_step(alone)
     payload = {"settings": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None, "train_args": TRAIN_ARGS},
                "train": parts_train, "alone": parts_alone, "alone_steps_per_s": args.steps / alone["wall_s"],
                "forward_us": forward, "revision": git_revision()}  # fmt: skip
-    command = " ".join(["python", "tools/train_call_costs.py", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python", "-m", "tools.train_call_costs", *(argv if argv is not None else sys.argv[1:])])
     lines = [
         "# Where training's env time goes, call by call, next to the env alone",
         "",
-        f"{machine_line()}. Command: `{command}` (revision {payload['revision']}).",
+        f"{machine_line()}. Command: `{command}`.",
         "",
         f"Training: `edo train` with `make train`'s arguments, {args.timesteps:,} steps. Alone: random legal actions after "
         f"{args.warmup:,} warm-up steps, {args.steps:,} timed steps ({payload['alone_steps_per_s']:,.0f} steps/s with "

@@ -317,12 +317,12 @@ def test_every_suite_study_is_declared_with_three_tiers():
 
 
 def test_suite_dry_run_lists_every_script(tmp_path):
-    proc = run_script(["benchmarks/run_suite.py", "--tiny", "--dry-run", "--out-dir", str(tmp_path)])
+    proc = run_script(["-m", "benchmarks.run_suite", "--tiny", "--dry-run", "--out-dir", str(tmp_path)])
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == len(SCRIPTS)
     for name, line in zip(SCRIPTS, lines, strict=True):
-        assert f"{name}.py" in line and str(tmp_path) in line and "--smoke" in line
-    assert lines[-1].split()[1].endswith("study_schools.py")  # last: it reads grpo_vs_ppo.json
+        assert line.split()[:3] == ["python", "-m", f"benchmarks.{name}"] and str(tmp_path) in line and "--smoke" in line
+    assert lines[-1].split()[2] == "benchmarks.study_schools"  # last: it reads grpo_vs_ppo.json
     assert "grpo_vs_ppo: 2 runs, 0 finished" in proc.stderr
     assert "--quick" in script_command("study_horizon", "quick", tmp_path)
     assert "--quick" not in script_command("grpo_vs_ppo", "full", tmp_path)
@@ -340,7 +340,7 @@ def test_study_schools_smoke_reads_grpo_vs_ppo_results(tmp_path):
               "success_ci95": [0.05, 0.7]}  # fmt: skip
     s2r = {"settings": {"real": {"model": "SmolLM2-135M-Instruct-Q4_1"}}, "results": {"real": {"llm_router": router}}}
     (tmp_path / "sim_to_real.json").write_text(json.dumps(s2r))
-    run_script(["benchmarks/study_schools.py", "--tiny", "--out-dir", str(tmp_path)])
+    run_script(["-m", "benchmarks.study_schools", "--tiny", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_schools")
     assert set(data["policies"]) == {
         "random",
@@ -364,7 +364,7 @@ def test_study_schools_smoke_reads_grpo_vs_ppo_results(tmp_path):
 @pytest.mark.slow
 def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     """~60 s: one smoke run of each protocol, its record, its fixed-schema file, and a resumed second run."""
-    run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "4", "--algos", "grpo", "--out-dir", str(tmp_path)])
+    run_script(["-m", "benchmarks.study_horizon", "--smoke", "--hops", "4", "--algos", "grpo", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_horizon")
     cell = data["results"]["4"]
     assert set(cell["heuristics"]) == {"oracle", "rule_based", "greedy_router", "static_pipeline", "random", "plan_check_text"}
@@ -398,13 +398,15 @@ def test_study_horizon_smoke_one_run_and_its_record(tmp_path):
     assert extra["env_kwargs"] == stored["spec"]["env_kwargs"]
     assert long["algos"]["grpo_curriculum"]["success"] == [extra["result"]["success_rate"]]
     assert (tmp_path / "study_horizon.png").is_file()
-    proc = run_script(["benchmarks/study_horizon.py", "--smoke", "--hops", "4", "--algos", "grpo", "--out-dir", str(tmp_path)])
+    proc = run_script(
+        ["-m", "benchmarks.study_horizon", "--smoke", "--hops", "4", "--algos", "grpo", "--out-dir", str(tmp_path)]
+    )
     assert "3 finished before, 0 to run" in proc.stdout
 
 
 def test_study_levers_smoke_warm_started_run(tmp_path):
     """~30 s: one warm-started run, its record (with the warm start and the policy it made) and the summary."""
-    run_script(["benchmarks/study_levers.py", "--smoke", "--levers", "view+bc_rule_based", "--out-dir", str(tmp_path)])
+    run_script(["-m", "benchmarks.study_levers", "--smoke", "--levers", "view+bc_rule_based", "--out-dir", str(tmp_path)])
     data = check_result(tmp_path, "study_levers")
     lever = data["levers"]["view+bc_rule_based"]
     assert lever["overrides"] == {"warm_start": "rule_based", "learning_rate": 1e-4}
@@ -422,7 +424,7 @@ def test_study_levers_smoke_warm_started_run(tmp_path):
 
 @pytest.mark.slow  # ~20-60 s on 2 cores: kept out of the fast suite (`make test-all` runs it)
 def test_study_ppo_tuning_smoke_one_setting(tmp_path):
-    run_script(["benchmarks/study_ppo_tuning.py", "--smoke", "--algos", "maskable_ppo", "--settings", "sb3 defaults",
+    run_script(["-m", "benchmarks.study_ppo_tuning", "--smoke", "--algos", "maskable_ppo", "--settings", "sb3 defaults",
                 "--out-dir", str(tmp_path)])  # fmt: skip
     data = check_result(tmp_path, "study_ppo_tuning")
     (row,) = data["rows"].values()
@@ -432,7 +434,7 @@ def test_study_ppo_tuning_smoke_one_setting(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_suite_end_to_end(tmp_path):
-    run_script(["benchmarks/run_suite.py", "--smoke", "--out-dir", str(tmp_path)], timeout=1800)
+    run_script(["-m", "benchmarks.run_suite", "--smoke", "--out-dir", str(tmp_path)], timeout=1800)
     for name in (*SCRIPTS, "suite"):
         check_result(tmp_path, name)
     suite = json.loads((tmp_path / "suite.json").read_text())
@@ -476,8 +478,8 @@ def test_serial_and_ray_runs_give_identical_results(tmp_path):
     pytest.importorskip("ray")
     names = ["grpo_vs_ppo", "study_horizon"]
     serial, ray = tmp_path / "serial", tmp_path / "ray"
-    run_script(["benchmarks/run_suite.py", "--smoke", "--only", *names, "--out-dir", str(serial)], timeout=900)
-    run_script(["benchmarks/run_suite.py", "--smoke", "--only", *names, "--out-dir", str(ray), "--ray", "--ray-workers", "2"],
+    run_script(["-m", "benchmarks.run_suite", "--smoke", "--only", *names, "--out-dir", str(serial)], timeout=900)
+    run_script(["-m", "benchmarks.run_suite", "--smoke", "--only", *names, "--out-dir", str(ray), "--ray", "--ray-workers", "2"],
                timeout=900)  # fmt: skip
     for name in names:
         assert_same_results(check_result(serial, name), check_result(ray, name), name)
@@ -519,7 +521,7 @@ def test_ray_retries_a_failed_run_once_then_reports_it(tmp_path):
 @pytest.mark.slow
 def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
     pytest.importorskip("ray.tune")
-    run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
+    run_script(["-m", "benchmarks.tune_ent_coef", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
                 "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "tune_ent_coef.json").read_text())
     assert data["completeness"]["finished"] == 4 and not data["completeness"]["missing"]
@@ -533,7 +535,7 @@ def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
     assert {(tuple(sorted(s["env_kwargs"].items())), s["train_overrides"]["warm_start"]) for s in specs} == {
         ((("plan_check", True), ("text_features", True)), "plan_check_text")
     }
-    proc = run_script(["benchmarks/tune_ent_coef.py", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
+    proc = run_script(["-m", "benchmarks.tune_ent_coef", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
                        "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=300)  # fmt: skip
     assert "4 finished before, 0 to run" in proc.stdout  # a rerun skips finished trials and starts no Tuner
 
@@ -737,10 +739,10 @@ def test_a_run_that_submits_at_once_counts_as_collapsed():
 
 
 def test_train_throughput_knows_which_settings_have_worker_processes():
-    from benchmarks.train_throughput import _has_workers
+    from benchmarks.train_throughput import has_workers
 
-    assert _has_workers(["--vec-env=subproc"]) and _has_workers(["--vec-env", "subproc"])
-    assert not _has_workers([]) and not _has_workers(["--vec-env=dummy", "--torch-threads=2"])
+    assert has_workers(["--vec-env=subproc"]) and has_workers(["--vec-env", "subproc"])
+    assert not has_workers([]) and not has_workers(["--vec-env=dummy", "--torch-threads=2"])
 
 
 def test_train_throughput_per_step_breakdown():
@@ -767,7 +769,7 @@ def test_train_throughput_per_step_breakdown():
 def test_train_throughput_tiny_run(tmp_path):
     """One tiny (training, env alone) pair: the ratio is training steps/s over the env's median steps/s (~40 s)."""
     # --no-reachable: the runner's machinery, without embedding the reachable queries into its fresh cache (~15 s)
-    run_script(["benchmarks/train_throughput.py", "--repeats", "1", "--timesteps", "600", "--warmup", "200", "--steps", "200",
+    run_script(["-m", "benchmarks.train_throughput", "--repeats", "1", "--timesteps", "600", "--warmup", "200", "--steps", "200",
                 "--repeats-warm", "2", "--no-reachable", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "train_throughput.json").read_text())
     (run,) = data["runs"]
@@ -783,7 +785,7 @@ def test_train_throughput_tiny_run(tmp_path):
     assert run["per_step_us"]["train_step"] == pytest.approx(1e6 / run["steps_per_s"])
     assert data["per_step_us_median"] == pytest.approx(run["per_step_us"], nan_ok=True)
     md = (tmp_path / "train_throughput.md").read_text()
-    assert "Command: `python benchmarks/train_throughput.py --repeats 1" in md and "| in-run ratio |" in md
+    assert "Command: `python -m benchmarks.train_throughput --repeats 1" in md and "| in-run ratio |" in md
     assert data["settings"]["no_reachable"] is True
 
 
@@ -826,7 +828,7 @@ def test_make_train_seeds_tabulates_every_run_and_skips_finished_ones(tmp_path, 
 def test_env_throughput_tiny_run(tmp_path):
     """A tiny run of every stage: two cold starts (median kept under the documented key), a warm start, one fresh
     process's first steps, warm windows; the keys scripts read are there."""
-    run_script(["benchmarks/env_throughput.py", "--steps", "300", "--repeats", "1", "--warmup", "300", "--first-steps",
+    run_script(["-m", "benchmarks.env_throughput", "--steps", "300", "--repeats", "1", "--warmup", "300", "--first-steps",
                 "300", "--first-repeats", "1", "--cold-repeats", "2", "--no-reachable", "--out-dir", str(tmp_path)],
                timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "env_throughput.json").read_text())
@@ -848,7 +850,7 @@ def test_env_throughput_tiny_run(tmp_path):
     ],
 )
 def test_speed_benchmarks_reject_bad_input(script, args, message):
-    proc = subprocess.run([sys.executable, f"benchmarks/{script}.py", *args], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", f"benchmarks.{script}", *args], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
 
 

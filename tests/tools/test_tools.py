@@ -54,14 +54,14 @@ def run_script(args: list[str], timeout: int = 600, check: bool = True) -> subpr
     ],
 )
 def test_tools_reject_bad_input(script, args, message):
-    proc = subprocess.run([sys.executable, f"tools/{script}.py", *args], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", f"tools.{script}", *args], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
 
 
 @pytest.mark.slow  # ~20-60 s on 2 cores: kept out of the fast suite (`make test-all` runs it)
 def test_diagnostics_horizon_one_tiny_run_its_file_and_bad_input(tmp_path):
     out = tmp_path / "diag"
-    args = ["tools/diagnostics.py", "horizon", "--algo", "grpo", "--hops", "3", "--min-hops", "2", "--timesteps", "200",
+    args = ["-m", "tools.diagnostics", "horizon", "--algo", "grpo", "--hops", "3", "--min-hops", "2", "--timesteps", "200",
             "--episodes", "2", "--set", "group_size=2", "--out-dir", str(out)]  # fmt: skip
     run_script(args)
     (path,) = out.glob("*.json")
@@ -74,7 +74,7 @@ def test_diagnostics_horizon_one_tiny_run_its_file_and_bad_input(tmp_path):
     assert "exists" in run_script(args).stdout  # not recomputed
     for bad, message in ((["--set", "group_size"], "FIELD=VALUE"), (["--set", "filter_on=x"], "filter_on must be one of"),
                          (["--min-hops", "9"], "--min-hops must be in 1..")):  # fmt: skip
-        proc = subprocess.run([sys.executable, "tools/diagnostics.py", "horizon", "--hops", "3", "--timesteps", "10",
+        proc = subprocess.run([sys.executable, "-m", "tools.diagnostics", "horizon", "--hops", "3", "--timesteps", "10",
                                "--out-dir", str(tmp_path / "bad"), *bad], cwd=REPO, capture_output=True, text=True)  # fmt: skip
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
@@ -82,11 +82,11 @@ def test_diagnostics_horizon_one_tiny_run_its_file_and_bad_input(tmp_path):
 def test_diagnostics_recurrent_ppo_carries_its_lstm_state_through_each_episode(tmp_path):
     from baselines.evaluation import heldout_task_ids, make_eval_env
     from baselines.training import TrainConfig
-    from tools.diagnostics import _evaluate_recurrent, _train_recurrent
+    from tools.diagnostics import evaluate_recurrent, train_recurrent
 
     cfg = TrainConfig(algo="ppo", total_timesteps=64, n_envs=2, n_steps=32, net_arch=(16,), eval_episodes=0,
                       progress_bar=False, output_dir=str(tmp_path))  # fmt: skip
-    model = _train_recurrent(cfg)
+    model = train_recurrent(cfg)
     assert type(model).__name__ == "RecurrentPPO" and model.num_timesteps >= 64
     calls = []
     predict = model.predict
@@ -97,7 +97,7 @@ def test_diagnostics_recurrent_ppo_carries_its_lstm_state_through_each_episode(t
 
     model.predict = spy
     env = make_eval_env("EDO-v0")
-    result = _evaluate_recurrent(model, env, heldout_task_ids(env, 3))
+    result = evaluate_recurrent(model, env, heldout_task_ids(env, 3))
     assert result.episodes == 3 and result.policy == "recurrent_ppo"
     starts = [i for i, (_, start) in enumerate(calls) if start]
     assert len(starts) == 3 and starts[0] == 0  # one fresh start per episode
@@ -106,7 +106,7 @@ def test_diagnostics_recurrent_ppo_carries_its_lstm_state_through_each_episode(t
 
 def test_render_cost_tiny_run(tmp_path):
     """Frames and steps timed side by side (one episode, one repeat: ~10 s, most of it the env's first reset)."""
-    run_script(["tools/render_cost.py", "--episodes", "1", "--repeats", "1", "--out-dir", str(tmp_path)], timeout=300)
+    run_script(["-m", "tools.render_cost", "--episodes", "1", "--repeats", "1", "--out-dir", str(tmp_path)], timeout=300)
     data = json.loads((tmp_path / "render_cost.json").read_text())
     (run,) = data["runs"]
     assert run["frames"] >= 1 and run["frame_ms_median"] > 0 and run["step_ms_median"] > 0
@@ -129,7 +129,7 @@ def test_first_seen_queries_sorts_query_texts_into_families():
 def test_first_seen_queries_tiny_run(tmp_path):
     """A prepared fresh cache, then two windows of random legal steps; every text counted once, in its family (~60 s,
     most of it the preparation)."""
-    run_script(["tools/first_seen_queries.py", "--steps", "2000", "--window", "1000", "--settle", "1000",
+    run_script(["-m", "tools.first_seen_queries", "--steps", "2000", "--window", "1000", "--settle", "1000",
                 "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     from tools.first_seen_queries import FAMILIES, family_of
 
@@ -155,7 +155,7 @@ def test_every_runs_its_callable_once_per_n_calls():
 @pytest.mark.slow
 def test_step_interference_tiny_run(tmp_path):
     """Each arm replays the same recorded steps; ratios are against the tight arm of the same round (~20 s)."""
-    run_script(["tools/step_interference.py", "--steps", "300", "--repeats", "2", "--warmup", "100",
+    run_script(["-m", "tools.step_interference", "--steps", "300", "--repeats", "2", "--warmup", "100",
                 "--out-dir", str(tmp_path)], timeout=600)  # fmt: skip
     data = json.loads((tmp_path / "step_interference.json").read_text())
     assert data["steps"] >= 300 and len(data["rounds"]) == 2
@@ -170,12 +170,14 @@ def test_step_interference_tiny_run(tmp_path):
 def test_train_call_costs_tiny_run(tmp_path):
     """Per-call timers in training and alone, and the forward pass tight and alternated, each on its own copy of a
     freshly prepared cache directory (the script checks that each ran there) (~40 s)."""
-    run_script(["tools/train_call_costs.py", "--timesteps", "600", "--warmup", "200", "--steps", "300",
+    run_script(["-m", "tools.train_call_costs", "--timesteps", "600", "--warmup", "200", "--steps", "300",
                 "--forward-iters", "20", "--no-reachable", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "train_call_costs.json").read_text())
     assert data["settings"]["cache"] == "prepared" and data["settings"]["no_reachable"] is True
-    assert data["revision"] and f"(revision {data['revision']})" in (tmp_path / "train_call_costs.md").read_text()
-    assert "own copy of one fresh cache directory prepared" in (tmp_path / "train_call_costs.md").read_text()
+    md = (tmp_path / "train_call_costs.md").read_text()
+    # the commit is a machine-readable field of the JSON; the Markdown cites the command and the machine instead
+    assert data["revision"] and data["revision"][:7] not in md
+    assert "own copy of one fresh cache directory prepared" in md
     train, alone = data["train"], data["alone"]
     # every env step is timed once, by kind too; the policy's forward pass runs in training only
     assert train["step"]["calls_per_step"] == alone["step"]["calls_per_step"] == 1.0
@@ -185,7 +187,7 @@ def test_train_call_costs_tiny_run(tmp_path):
     assert "policy forward pass (per vector step)" in train and "policy forward pass (per vector step)" not in alone
     assert set(data["forward_us"]["tight"]) == {"observations to tensors", "features", "MLP", "sampling"}
     assert all(v > 0 for v in data["forward_us"]["alternated"].values())
-    assert "Command: `python tools/train_call_costs.py --timesteps 600" in (tmp_path / "train_call_costs.md").read_text()
+    assert "Command: `python -m tools.train_call_costs --timesteps 600" in md
 
 
 def test_ab_revisions_leaves_out_options_the_base_lacks(tmp_path, monkeypatch):
@@ -210,7 +212,7 @@ def test_ab_revisions_tiny_run(tmp_path):
         return subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout.splitlines()
 
     before = worktrees()
-    run_script(["tools/ab_revisions.py", "--base", "HEAD", "--repeats", "1", "--timesteps", "1500", "--no-reachable",
+    run_script(["-m", "tools.ab_revisions", "--base", "HEAD", "--repeats", "1", "--timesteps", "1500", "--no-reachable",
                 "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "ab_revisions.json").read_text())
     (base,), (head,) = data["runs"]["base"], data["runs"]["head"]
@@ -225,7 +227,7 @@ def test_ab_revisions_tiny_run(tmp_path):
 def test_ab_encoders_tiny_run(tmp_path):
     """Two alternated rounds of the default and the static encoder, each on its own prepared cache (~100 s); the
     static arm computes its query vectors (none are stored), so its windows count embedded texts."""
-    run_script(["tools/ab_encoders.py", "--rounds", "2", "--steps", "300", "--warmup", "200",
+    run_script(["-m", "tools.ab_encoders", "--rounds", "2", "--steps", "300", "--warmup", "200",
                 "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "ab_encoders.json").read_text())
     assert [r["first"] for r in data["rounds"]] == ["default", "static"]
@@ -239,7 +241,7 @@ def test_ab_encoders_tiny_run(tmp_path):
 @pytest.mark.slow
 def test_ab_search_cache_tiny_run(tmp_path):
     """One (off, on) pair on a prepared cache: "on" reads search results from disk instead of querying the index."""
-    run_script(["tools/ab_search_cache.py", "--repeats", "1", "--first-steps", "2000", "--warmup", "0", "--steps",
+    run_script(["-m", "tools.ab_search_cache", "--repeats", "1", "--first-steps", "2000", "--warmup", "0", "--steps",
                 "1000", "--windows", "1", "--out-dir", str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "ab_search_cache.json").read_text())
     (off,), (on,) = data["runs"]["off"], data["runs"]["on"]
@@ -252,7 +254,7 @@ def test_ab_search_cache_tiny_run(tmp_path):
 @pytest.mark.slow
 def test_step_breakdown_tiny_run(tmp_path):
     """Parts nest as documented (a part's time contains its nested parts'), and the timers leave the env as it was."""
-    run_script(["tools/step_breakdown.py", "--steps", "400", "--repeats", "2", "--warmup", "300", "--out-dir",
+    run_script(["-m", "tools.step_breakdown", "--steps", "400", "--repeats", "2", "--warmup", "300", "--out-dir",
                 str(tmp_path)], timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "step_breakdown.json").read_text())
     parts = data["parts"]
@@ -332,7 +334,7 @@ def test_forward_timer_times_the_real_forward_passes_and_comes_off(small_world_k
 @pytest.mark.slow
 def test_ab_idle_envs_tiny_run(tmp_path):
     """One (off, on) pair: with idle envs left where they are, fewer env steps for the same recorded steps."""
-    run_script(["tools/ab_idle_envs.py", "--repeats", "1", "--timesteps", "2000", "--out-dir", str(tmp_path)],
+    run_script(["-m", "tools.ab_idle_envs", "--repeats", "1", "--timesteps", "2000", "--out-dir", str(tmp_path)],
                timeout=900)  # fmt: skip
     data = json.loads((tmp_path / "ab_idle_envs.json").read_text())
     (off,), (on,) = data["runs"]["off"], data["runs"]["on"]
