@@ -1,15 +1,17 @@
-"""``make train``'s held-out table across seeds and update-thread counts: how far one table is from another draw.
+"""``make train``'s held-out table across seeds: how far one table is from another draw.
 
 Each run is a fresh ``edo train`` process with ``make train``'s arguments (:data:`TRAIN_ARGS`: the Makefile's, with
-its 200-episode evaluation) and one ``--seed`` and ``--update-threads``. Its own summary (config, time breakdown,
-the table) is kept as ``seed<s>_update_threads<n>.json`` in the output directory; a run whose file is there is not
-run again, so an interrupted sweep resumes where it stopped. Then ``make_train_seeds.md`` tabulates every summary in
-the directory: GRPO's held-out success per run, and per update-thread count its median, mean and range over seeds.
+its 200-episode evaluation) and one ``--seed``. Its own summary (config, time breakdown, the table), with the machine
+it ran on, is kept as ``seed<s>.json`` in the output directory; a run whose file is there is not run again, so an
+interrupted sweep resumes where it stopped. Then ``make_train_seeds.md`` tabulates every summary in the directory:
+GRPO's held-out success per run, and its median, mean and range over seeds. ``--summarise-only`` writes the table
+from the summaries there without training.
 
 Usage::
 
-    python benchmarks/make_train_seeds.py                          # seeds 0-3, update threads 1 and 2 (~5 min)
-    python benchmarks/make_train_seeds.py --seeds 0 1 --update-threads 2 --timesteps 30000
+    python -m benchmarks.make_train_seeds                          # seeds 0-3 (~5 min)
+    python -m benchmarks.make_train_seeds --seeds 0 1 --timesteps 30000
+    python -m benchmarks.make_train_seeds --summarise-only         # the table from the finished runs
 
 Results: ``benchmarks/results/make_train_seeds/`` (or ``--out-dir``).
 """
@@ -41,73 +43,73 @@ TRAIN_ARGS = [*without_options(MAKE_TRAIN_ARGS, {"--seed", "--eval-episodes"}), 
 TEMPORARY = "<temporary>"
 
 
-def run_name(seed: int, update_threads: int) -> str:
-    return f"seed{seed}_update_threads{update_threads}"
+def run_name(seed: int) -> str:
+    return f"seed{seed}"
 
 
-def train_run(seed: int, update_threads: int, timesteps: int, out_dir: Path) -> Path:
-    """One ``edo train`` process; its summary is moved into ``out_dir`` only once complete (nothing partial)."""
-    path = out_dir / f"{run_name(seed, update_threads)}.json"
+def train_run(seed: int, timesteps: int, out_dir: Path) -> Path:
+    """One ``edo train`` process; its summary is moved into ``out_dir`` only once complete (nothing partial). The
+    summary's paths into the run's temporary output directory are written as :data:`TEMPORARY`."""
+    path = out_dir / f"{run_name(seed)}.json"
     with tempfile.TemporaryDirectory() as tmp:
-        args = [*TRAIN_ARGS, "--timesteps", str(timesteps), "--seed", str(seed), "--update-threads", str(update_threads),
-                "--output-dir", tmp]  # fmt: skip
+        args = [*TRAIN_ARGS, "--timesteps", str(timesteps), "--seed", str(seed), "--output-dir", tmp]
         proc = subprocess.run([sys.executable, "-m", "baselines.cli", "train", *args], cwd=REPO, capture_output=True,
                               text=True)  # fmt: skip
         if proc.returncode != 0:
-            raise SystemExit(f"edo train (seed {seed}, update threads {update_threads}) failed ({proc.returncode}):\n"
-                             f"{proc.stderr[-3000:]}")  # fmt: skip
+            raise SystemExit(f"edo train (seed {seed}) failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         (summary,) = Path(tmp).glob("*.json")
-        data = json.loads(summary.read_text())
-        data["command"] = " ".join(["edo", "train", *args[:-2], "--output-dir", "<temporary>"])
+        data = json.loads(summary.read_text().replace(json.dumps(tmp)[1:-1], TEMPORARY))
+        data["command"] = " ".join(["edo", "train", *args[:-2], "--output-dir", TEMPORARY])
         data["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        data["machine"] = machine_line()
         write_json_atomic(path, data)
     return path
 
 
 def load_runs(out_dir: Path) -> list[dict[str, Any]]:
-    """Every ``seed*_update_threads*.json`` in ``out_dir``, with its seed, thread count and GRPO / static rows."""
+    """Every ``seed<s>.json`` in ``out_dir``, with its seed, machine and GRPO / heuristic rows."""
     runs = []
-    for path in sorted(out_dir.glob("seed*_update_threads*.json")):
+    for path in sorted(out_dir.glob("seed*.json")):
         data = json.loads(path.read_text())
         rows = {row["policy"]: row for row in data["results"]}
         if "grpo" not in rows:
             raise SystemExit(f"{path} has no grpo row in its results (an evaluation with 0 episodes?)")
         config = data["config"]
-        runs.append({"file": path.name, "seed": config["seed"], "update_threads": config.get("update_threads") or 1,
-                     "grpo": rows["grpo"], "static": rows.get("static_pipeline"), "rule_based": rows.get("rule_based"),
+        runs.append({"file": path.name, "seed": config["seed"], "machine": data.get("machine"), "grpo": rows["grpo"], "static": rows.get("static_pipeline"), "rule_based": rows.get("rule_based"),
                      "plan_check_text": rows.get("plan_check_text"),
                      "steps": data["num_timesteps"],
                      "train_wall_s": data["train_wall_s"], "date_utc": data.get("date_utc", "?")})  # fmt: skip
-    return sorted(runs, key=lambda r: (r["seed"], r["update_threads"]))
+    return sorted(runs, key=lambda r: r["seed"])
 
 
 def markdown(runs: list[dict[str, Any]], command: str) -> str:
+    """The table of ``runs`` (:func:`load_runs`): one row per seed, then GRPO's median, mean and range over seeds and
+    the heuristics' figures on the same tasks; ``command`` is the command that trains them."""
+    machines = sorted({r["machine"] or machine_line() for r in runs})
     lines = [
-        "# `make train` across seeds and update-thread counts",
+        "# `make train` across seeds",
         "",
-        f"{machine_line()}. Command: `{command}`. Each run: `edo train` with `make train`'s arguments, its seed and "
-        "`--update-threads` (the command and the date are in its `.json`; runs from "
+        f"{'; '.join(machines)}. Command: `{command}`. Each run: `edo train` with `make train`'s arguments and its seed "
+        "(the command and the date are in its `.json`; runs from "
         f"{min(r['date_utc'] for r in runs)} to {max(r['date_utc'] for r in runs)}), evaluated on the same 200 held-out "
         "tasks (eval seed 0).",
         "",
-        "| seed | update threads | GRPO success (95% CI) | mean return | tokens/ep | env steps | training s |",
-        "|---|---|---|---|---|---|---|",
+        "| seed | GRPO success (95% CI) | mean return | tokens/ep | env steps | training s |",
+        "|---|---|---|---|---|---|",
     ]
     for r in runs:
         g = r["grpo"]
-        lines.append(f"| {r['seed']} | {r['update_threads']} | {g['success_rate']:.3f} ({g['success_ci95'][0]:.2f}-"
-                     f"{g['success_ci95'][1]:.2f}) | {g['mean_return']:+.3f} | {g['tokens']:.0f} | {r['steps']:,} | "
-                     f"{r['train_wall_s']:.1f} |")  # fmt: skip
+        lines.append(f"| {r['seed']} | {g['success_rate']:.3f} ({g['success_ci95'][0]:.2f}-{g['success_ci95'][1]:.2f}) | "
+                     f"{g['mean_return']:+.3f} | {g['tokens']:.0f} | {r['steps']:,} | {r['train_wall_s']:.1f} |")  # fmt: skip
+    values = [r["grpo"]["success_rate"] for r in runs]
+    returns = [r["grpo"]["mean_return"] for r in runs]
     lines += [
         "",
-        "| update threads | runs | median GRPO success | mean | range | median GRPO return |",
-        "|---|---|---|---|---|---|",
+        "| runs | median GRPO success | mean | range | median GRPO return |",
+        "|---|---|---|---|---|",
+        f"| {len(values)} | {statistics.median(values):.3f} | {statistics.mean(values):.3f} | "
+        f"{min(values):.3f}-{max(values):.3f} | {statistics.median(returns):+.3f} |",
     ]
-    for n in sorted({r["update_threads"] for r in runs}):
-        values = [r["grpo"]["success_rate"] for r in runs if r["update_threads"] == n]
-        returns = [r["grpo"]["mean_return"] for r in runs if r["update_threads"] == n]
-        lines.append(f"| {n} | {len(values)} | {statistics.median(values):.3f} | {statistics.mean(values):.3f} | "
-                     f"{min(values):.3f}-{max(values):.3f} | {statistics.median(returns):+.3f} |")  # fmt: skip
     for key, name in (("static", "static pipeline"), ("rule_based", "rule_based policy"),
                       ("plan_check_text", "text-reading plan_check_text policy (the warm start's teacher)")):  # fmt: skip
         rows = {(r[key]["success_rate"], r[key]["mean_return"]) for r in runs if r.get(key)}
@@ -120,27 +122,29 @@ def markdown(runs: list[dict[str, Any]], command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
-    parser.add_argument("--update-threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--timesteps", type=int, default=300_000, help="training steps per run (make train: 300k)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR / "make_train_seeds")
+    parser.add_argument("--summarise-only", action="store_true", help="write the table from the runs in --out-dir, train none")
     args = parser.parse_args(argv)
     if any(s < 0 for s in args.seeds):
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
-    if any(n < 1 for n in args.update_threads):
-        parser.error(f"--update-threads must be >= 1, got {args.update_threads}")
     if args.timesteps < 1:
         parser.error(f"--timesteps must be >= 1, got {args.timesteps}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    todo = [(s, n) for s in args.seeds for n in args.update_threads]
-    for k, (seed, n) in enumerate(todo, 1):
-        path = args.out_dir / f"{run_name(seed, n)}.json"
+    todo = [] if args.summarise_only else args.seeds
+    for k, seed in enumerate(todo, 1):
+        path = args.out_dir / f"{run_name(seed)}.json"
         if path.is_file():
-            print(f"[{k}/{len(todo)}] seed {seed}, update threads {n}: done before ({path.name})", flush=True)
+            print(f"[{k}/{len(todo)}] seed {seed}: done before ({path.name})", flush=True)
             continue
-        print(f"[{k}/{len(todo)}] seed {seed}, update threads {n}: edo train ({args.timesteps:,} steps) ...", flush=True)
-        train_run(seed, n, args.timesteps, args.out_dir)
+        print(f"[{k}/{len(todo)}] seed {seed}: edo train ({args.timesteps:,} steps) ...", flush=True)
+        train_run(seed, args.timesteps, args.out_dir)
     runs = load_runs(args.out_dir)
-    md = markdown(runs, " ".join(["python", "benchmarks/make_train_seeds.py", *(argv if argv is not None else sys.argv[1:])]))
+    if not runs:
+        raise SystemExit(f"no run summaries (seed<s>.json) in {args.out_dir}")
+    # the command that trains the runs tabulated (a summary-only invocation writes the same table)
+    given = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--summarise-only"]
+    md = markdown(runs, " ".join(["python", "-m", "benchmarks.make_train_seeds", *given]))
     write_text_atomic(args.out_dir / "make_train_seeds.md", md)
     print(md)
     print(f"wrote {args.out_dir / 'make_train_seeds.md'}")

@@ -790,36 +790,44 @@ def test_train_throughput_tiny_run(tmp_path):
 
 
 def test_make_train_seeds_tabulates_every_run_and_skips_finished_ones(tmp_path, monkeypatch):
-    """The table reads every run summary in the directory (seed, thread count, GRPO's row); a run whose summary is
-    there is not trained again, the others are, each once."""
+    """The table reads every run summary in the directory (seed, GRPO's row); a run whose summary is there is not
+    trained again, the others are, each once; ``--summarise-only`` trains none and writes the same table."""
     import benchmarks.make_train_seeds as mts
 
-    def summary(seed: int, threads: int, success: float) -> dict:
+    def summary(seed: int, success: float) -> dict:
         grpo = {"policy": "grpo", "success_rate": success, "success_ci95": [success - 0.05, success + 0.05],
                 "mean_return": 0.5, "tokens": 700.0}  # fmt: skip
         static = {"policy": "static_pipeline", "success_rate": 0.57, "mean_return": 0.4}
-        return {"config": {"seed": seed, "update_threads": threads}, "results": [static, grpo], "num_timesteps": 300_000,
-                "train_wall_s": 31.0}  # fmt: skip
+        return {"config": {"seed": seed}, "results": [static, grpo], "num_timesteps": 300_000, "train_wall_s": 31.0,
+                "machine": "a 2-core test machine"}  # fmt: skip
 
-    (tmp_path / "seed0_update_threads1.json").write_text(json.dumps(summary(0, 1, 0.6)))
+    (tmp_path / "seed0.json").write_text(json.dumps(summary(0, 0.6)))
     trained = []
 
-    def fake_train_run(seed, threads, timesteps, out_dir):
-        trained.append((seed, threads, timesteps))
-        path = out_dir / f"{mts.run_name(seed, threads)}.json"
-        path.write_text(json.dumps(summary(seed, threads, 0.4 + 0.1 * seed)))
+    def fake_train_run(seed, timesteps, out_dir):
+        trained.append((seed, timesteps))
+        path = out_dir / f"{mts.run_name(seed)}.json"
+        path.write_text(json.dumps(summary(seed, 0.4 + 0.1 * seed)))
         return path
 
     monkeypatch.setattr(mts, "train_run", fake_train_run)
-    assert mts.main(["--seeds", "0", "1", "--update-threads", "1", "--timesteps", "500", "--out-dir", str(tmp_path)]) == 0
-    assert trained == [(1, 1, 500)]
+    assert mts.main(["--seeds", "0", "1", "--timesteps", "500", "--out-dir", str(tmp_path)]) == 0
+    assert trained == [(1, 500)]
     md = (tmp_path / "make_train_seeds.md").read_text()
-    assert "| 0 | 1 | 0.600 (0.55-0.65) |" in md and "| 1 | 1 | 0.500 (0.45-0.55) |" in md
+    assert md.startswith(
+        "# `make train` across seeds\n\na 2-core test machine. Command: `python -m benchmarks.make_train_seeds"
+    )
+    assert "| 0 | 0.600 (0.55-0.65) |" in md and "| 1 | 0.500 (0.45-0.55) |" in md
     assert (
-        "| 1 | 2 | 0.550 | 0.550 | 0.500-0.600 |" in md
+        "| 2 | 0.550 | 0.550 | 0.500-0.600 |" in md
         and "The static pipeline on the same tasks: 0.570 success and +0.400 return." in md
     )
-    (tmp_path / "seed5_update_threads1.json").write_text(json.dumps({**summary(5, 1, 0.5), "results": []}))
+    (tmp_path / "make_train_seeds.md").unlink()
+    assert mts.main(["--seeds", "0", "1", "2", "--summarise-only", "--out-dir", str(tmp_path)]) == 0
+    assert trained == [(1, 500)] and (tmp_path / "make_train_seeds.md").read_text() == md.replace(
+        "make_train_seeds --seeds 0 1 --timesteps 500", "make_train_seeds --seeds 0 1 2"
+    )
+    (tmp_path / "seed5.json").write_text(json.dumps({**summary(5, 0.5), "results": []}))
     with pytest.raises(SystemExit, match="has no grpo row"):
         mts.load_runs(tmp_path)
 
@@ -845,7 +853,6 @@ def test_env_throughput_tiny_run(tmp_path):
         ("train_throughput", ["--repeats", "0"], "--repeats must be >= 1"),
         ("train_throughput", ["--train-arg", "subproc"], "the first extra argument must be an option"),
         ("make_train_seeds", ["--seeds", "-1"], "--seeds must be >= 0"),
-        ("make_train_seeds", ["--update-threads", "0"], "--update-threads must be >= 1"),
         ("make_train_seeds", ["--timesteps", "0"], "--timesteps must be >= 1"),
     ],
 )
