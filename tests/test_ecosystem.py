@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: libraries, pinned as their users pin them, that the package must install beside (issue 11)
+#: libraries, pinned as their users pin them, that the package must install beside
 ECOSYSTEM_PINS = ["ray[rllib]==2.60.0", "tianshou==2.0.1"]
 
 

@@ -471,9 +471,8 @@ def table_shape(markdown: str) -> list[str]:
 def test_serial_and_ray_runs_give_identical_results(tmp_path):
     """The same runs, records and summaries from the serial runner and from Ray tasks.
 
-    Heuristic references are left out of the value comparison: the driver computes them, not the executor, and
-    EDO's chromadb retrieval is currently not deterministic across processes (static_pipeline on 3 held-out 4-hop
-    tasks: 580.3 or 587.0 tokens per episode from one process to the next; exact search gives 580.3 every time).
+    Heuristic references are left out of the value comparison: the driver computes them, not the executor, so they
+    are the same code in the same process either way and say nothing about how the runs were executed.
     """
     pytest.importorskip("ray")
     names = ["grpo_vs_ppo", "study_horizon"]

@@ -1,6 +1,6 @@
 """``info`` is safe for strict clients (Tianshou, RLlib, gymnasium's vector envs): plain values only.
 
-The contract (DESIGN.md section 7, issue 11): every value in ``info`` from ``reset`` and ``step``, recursively
+The contract (DESIGN.md section 7): every value in ``info`` from ``reset`` and ``step``, recursively
 through nested dicts, is a number, a bool, a string or a numpy array of a numeric/bool dtype -- never ``None``,
 never an object, never NaN; a key has the same type (and, for arrays, dtype and shape) wherever it appears; a
 key whose value is a string is present on every step (Tianshou's buffer fills the rows of a key that appears

@@ -938,7 +938,7 @@ def test_learn_cartpole():
     assert trained_return > 100 and trained_return > 3 * random_return
 
 
-# ----------------------------------------------------------------------------- issue 10 fixes
+# ----------------------------------------------------------------------------- SB3 integration: masks, VecEnvs, callbacks, logging
 class ListVecEnv(VecEnv):
     """A VecEnv written from scratch, as a user would: no per-env seed list, auto-reset without seed like SB3's."""
 
