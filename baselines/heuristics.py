@@ -67,7 +67,9 @@ class ObsView:
         workers = obs["workers"]
         self.n_workers = W = workers.shape[0]
         self.n_actions = len(self.mask)
-        self.retrieve_flag = self.n_actions == 3 * W + 3
+        #: ``verify_plan(w)`` actions exist (``EDOConfig.enable_plan_review``): the env then adds ``plan_review``
+        self.plan_review = "plan_review" in obs
+        self.retrieve_flag = self.n_actions == (4 if self.plan_review else 3) * W + 3
         self.n_dispatch = 2 * W if self.retrieve_flag else W
         self.rollback, self.replan, self.submit = self.n_actions - 3, self.n_actions - 2, self.n_actions - 1
         self.price = workers[:, O.W_PRICE] * 4.0
@@ -113,6 +115,10 @@ class ObsView:
 
     def verify(self, worker: int) -> int:
         return self.n_dispatch + worker
+
+    def verify_plan(self, worker: int) -> int:
+        """``verify_plan(worker)`` (only when :attr:`plan_review`)."""
+        return self.n_dispatch + self.n_workers + worker
 
     def legal(self, action: int) -> bool:
         return bool(self.mask[action] > 0)

@@ -250,6 +250,9 @@ class WorkerSpec:
     #: Multiplies the estimated prompt tokens of this worker's calls (the env counts them with the embedder's
     #: tokenizer; a real server counts with its model's tokenizer and chat template). ``1.0`` (default): as estimated.
     prompt_token_scale: float = 1.0
+    #: Probability that its critique of a plan (``verify_plan``) is right; ``None`` (default): the mean of its type
+    #: skills. Hidden, like the other skills.
+    plan_skill: float | None = None
 
     def __post_init__(self) -> None:
         owner = f"WorkerSpec({self.name!r})"
@@ -283,6 +286,13 @@ class WorkerSpec:
             _check_int(owner, "verbosity", self.verbosity, 0, 100_000)
         _check_float(owner, "prompt_token_scale", self.prompt_token_scale, 0.01, 100.0)
         _check_int(owner, "top_k", self.top_k, 1, 20)
+        if self.plan_skill is not None:
+            _check_float(owner, "plan_skill", self.plan_skill, 0.0, 1.0)
+
+    @property
+    def plan_critique_skill(self) -> float:
+        """Probability that its critique of a plan is right (hidden; the simulator and the oracle use it)."""
+        return self.plan_skill if self.plan_skill is not None else sum(self.skills.values()) / len(self.skills)
 
     def lookup_skill(self, domain: str) -> float:
         """Reading skill of a lookup in ``domain`` (hidden; the simulator and the oracle use it)."""
@@ -572,6 +582,9 @@ class EDOConfig:
     max_replans: int = 2
     enable_replan: bool = True
     enable_verify: bool = True
+    #: ``verify_plan(w)`` actions: worker ``w`` critiques the plan as written against the task text (a paid call, as
+    #: fallible as the worker; its verdict is in the observation's ``plan_review``).
+    enable_plan_review: bool = False
     #: Coordination tokens charged per rollback (telling the team to discard a result); the discarded work stays charged.
     rollback_tokens: int = 60
     #: Minimum similarity for fuzzy entity linking of an upstream answer (see ``edo_gym.world.text.EntityLinker``).
@@ -639,6 +652,7 @@ class EDOConfig:
         _check_int(owner, "max_replans", self.max_replans, 0, 100)
         _check_type(owner, "enable_replan", self.enable_replan, bool)
         _check_type(owner, "enable_verify", self.enable_verify, bool)
+        _check_type(owner, "enable_plan_review", self.enable_plan_review, bool)
         _check_int(owner, "rollback_tokens", self.rollback_tokens, 0, 100_000)
         _check_float(owner, "entity_link_threshold", self.entity_link_threshold, 0.0, 1.0, low_open=True)
         _check_choice(owner, "entity_linking", self.entity_linking, ENTITY_LINKING_MODES)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Protocol, runtime_checkable
 
 #: Who is called.
-ROLES: tuple[str, ...] = ("planner", "worker", "verifier", "router")
+ROLES: tuple[str, ...] = ("planner", "worker", "verifier", "plan_verifier", "router")
 #: Verdict words a verifier answers with (first word of its reply, case-insensitive).
 VERDICTS: tuple[str, ...] = ("CORRECT", "INCORRECT", "UNSURE")
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from edo_gym.agents.planner import PLAN_INSTRUCTION, plan_to_json
+from edo_gym.agents.planner import PLAN_INSTRUCTION, PlanError, parse_plan, plan_to_json
 from edo_gym.agents.protocol import LLMRequest, LLMResponse
 from edo_gym.config import DOMAINS, PLANNER_ERRORS, SUBTASK_TYPES, PlannerConfig, WorkerSpec
 from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, World
@@ -58,6 +58,8 @@ NEAR_DUPLICATE = 0.75
 #: Mean stated confidence by where an answer came from (noise sd ``CONFIDENCE_SD``).
 CONFIDENCE_BY_SOURCE = {"document": 0.72, "memory": 0.6, "computed": 0.7, "guess": 0.5, "abstain": 0.15}
 CONFIDENCE_SD = 0.16
+#: The most steps a plan under critique may have (longer: not a plan of any task here).
+MAX_PLAN_STEPS = 64
 
 
 _TWO_PI = 2.0 * math.pi
@@ -202,6 +204,8 @@ class SimulatedBackend:
             return LLMResponse(text, confidence=confidence)
         if request.role == "verifier":
             return LLMResponse(self._verify(spec, request, rng), confidence=None)
+        if request.role == "plan_verifier":
+            return LLMResponse(self._verify_plan(spec, request, rng), confidence=None)
         raise ValueError(f"SimulatedBackend does not simulate role {request.role!r}; use a real model for it")
 
     @staticmethod
@@ -325,6 +329,26 @@ class SimulatedBackend:
             if not agree and first_number(answer) is not None and first_number(own.text) is not None:
                 agree = first_number(answer) == first_number(own.text) and parse_compute(request.instruction) is not None
         return "CORRECT" if agree else f"INCORRECT: I find {own.text}"
+
+    def _verify_plan(self, spec: WorkerSpec, request: LLMRequest, rng: RNG) -> str:
+        """A critique of the plan in ``request.inputs[0]``: right (it is the task's gold plan, labels included) or not,
+        said correctly with probability ``spec.plan_critique_skill``."""
+        task = self.tasks_by_text.get(request.task)
+        if task is None or not request.inputs:
+            return "UNSURE: I do not understand the task."
+        if spec.verdict_rate < 1.0 and rng.random() >= spec.verdict_rate:
+            return "UNSURE: I cannot tell."
+        gold = self._gold_plans.get(request.task)
+        if gold is None:
+            gold_steps = tuple(_gold_step(s) for s in task.subtasks)
+            gold = self._gold_plans[request.task] = (gold_steps, plan_to_json([_render(s) for s in gold_steps]))
+        try:
+            right = parse_plan(request.inputs[0], MAX_PLAN_STEPS) == parse_plan(gold[1], MAX_PLAN_STEPS)
+        except PlanError:
+            right = False
+        if rng.random() >= spec.plan_critique_skill:
+            right = not right
+        return "CORRECT" if right else "INCORRECT: the plan does not answer the task as written."
 
     # -- planner --------------------------------------------------------------------------------------------------
     def _plan(self, request: LLMRequest, rng: RNG) -> LLMResponse:

@@ -47,6 +47,10 @@ VERIFIER_SYSTEM = (
     "You are {name}, checking a teammate's answer. Compare it with the context documents and what you know. Reply with "
     "one word first: CORRECT, INCORRECT or UNSURE (when you cannot check it)."
 )
+PLAN_VERIFIER_SYSTEM = (
+    "You are {name}, checking the plan a planner wrote for a task: does executing its steps in order answer the task? "
+    "Reply with one word first: CORRECT, INCORRECT or UNSURE (when you cannot check it)."
+)
 # What each call must return, said plainly, as a noun phrase: the bundled 135M model echoes an imperative ("Reply with
 # the answer only: ...") back as its answer far more often than it echoes these. A real model reads this; the simulator
 # does not, and it is not counted in the estimated prompt tokens, so simulated costs do not depend on its wording.
@@ -60,6 +64,12 @@ VERIFY_FORMAT = (
     "Start the reply with one word: CORRECT (the answer under review is right), INCORRECT (it is wrong) or UNSURE (you "
     "cannot check it); then at most one short sentence"
 )
+PLAN_VERIFY_FORMAT = (
+    "Start the reply with one word: CORRECT (the plan answers the task), INCORRECT (a step is missing, extra, out of "
+    "order or mislabelled) or UNSURE (you cannot check it); then at most one short sentence"
+)
+#: What a plan critic is asked (the plan itself is the request's one input, as the planner's JSON).
+PLAN_VERIFY_INSTRUCTION = "Check this plan for the task."
 #: Where a worker's and a verifier's reply ends: the first line holds the answer (or the verdict).
 STOP_AT_NEWLINE: tuple[str, ...] = ("\n",)
 _ABSTAIN = normalize(ABSTAIN_TEXT)
@@ -249,6 +259,7 @@ class Worker:
         self.shuffle = shuffle
         self.system = WORKER_SYSTEM.format(name=spec.name)
         self.verifier_system = VERIFIER_SYSTEM.format(name=spec.name)
+        self.plan_verifier_system = PLAN_VERIFIER_SYSTEM.format(name=spec.name)
         self._doc_tokens: list[int] | None = None
         #: Documents this worker's index lacks in the current episode (a team draw's missing shard domain): its
         #: searches never return them. Set by the env at reset.
@@ -387,6 +398,28 @@ class Worker:
             attempts=outcome.attempts,
             retrieval_error=retrieval_error,
         )
+
+    def verify_plan(self, task: str, plan_json: str, seed: int) -> VerifyRecord:
+        """Critique a plan (``plan_json``, the planner's JSON) against the task text: a real call, no retrieval."""
+        request = LLMRequest(
+            role="plan_verifier",
+            agent=self.spec.name,
+            system=self.plan_verifier_system,
+            task=task,
+            instruction=PLAN_VERIFY_INSTRUCTION,
+            inputs=(plan_json,),
+            output_format=PLAN_VERIFY_FORMAT,
+            max_tokens=32,
+            seed=seed,
+            stop=STOP_AT_NEWLINE,
+        )
+        response, outcome, cost = self.caller.call(
+            request, self.spec.size, 0, self.spec.verbosity, self.spec.prompt_token_scale
+        )
+        if response is None:
+            return VerifyRecord(self.index, -1, "", "", (), cost, True, outcome.error or "", outcome.attempts)
+        verdict = _VERDICT_OF_WORD.get(parse_verdict(response.text) or "", "unsure")
+        return VerifyRecord(self.index, -1, verdict, response.text, (), cost, attempts=outcome.attempts)
 
 
 def retrieval_query(label: str, instruction: str) -> str:

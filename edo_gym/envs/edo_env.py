@@ -26,6 +26,7 @@ from edo_gym.agents.planner import (
     fallback_plan,
     parse_plan,
     plan_schema,
+    plan_to_json,
     rule_plan,
 )
 from edo_gym.agents.protocol import LLMBackend
@@ -251,8 +252,11 @@ class EDOEnv(gym.Env):
         self.retrieve_flag = cfg.retrieval_decider == "orchestrator"
         self.n_dispatch = 2 * W if self.retrieve_flag else W
         self.A_VERIFY = self.n_dispatch  # first verify(w) action
-        self.A_ROLLBACK, self.A_REPLAN, self.A_SUBMIT = range(self.n_dispatch + W, self.n_dispatch + W + 3)
-        self.n_actions = self.n_dispatch + W + 3
+        self.A_VERIFY_PLAN = self.n_dispatch + W  # first verify_plan(w) action (when enable_plan_review)
+        n_review = W if cfg.enable_plan_review else 0
+        first = self.A_VERIFY_PLAN + n_review
+        self.A_ROLLBACK, self.A_REPLAN, self.A_SUBMIT = range(first, first + 3)
+        self.n_actions = first + 3
         self.action_space = gym.spaces.Discrete(self.n_actions)
         self.observation_space = O.observation_space(cfg, self.n_actions)
         self.action_names = self._action_names()
@@ -260,6 +264,7 @@ class EDOEnv(gym.Env):
         self._actions = {
             "dispatch": self._dispatch,
             "verify": self._verify,
+            "verify_plan": self._verify_plan,
             "rollback": self._rollback,
             "replan": self._replan,
             "submit": self._submit,
@@ -315,6 +320,8 @@ class EDOEnv(gym.Env):
             else:
                 names.append(f"dispatch({w.name})")
         names += [f"verify({w.name})" for w in self.config.workers]
+        if self.config.enable_plan_review:
+            names += [f"verify_plan({w.name})" for w in self.config.workers]
         return names + ["rollback", "replan", "submit"]
 
     def decode_action(self, action: int) -> tuple[str, int, bool]:
@@ -323,8 +330,10 @@ class EDOEnv(gym.Env):
             if self.retrieve_flag:
                 return "dispatch", action // 2, bool(action % 2)
             return "dispatch", action, False
-        if action < self.A_ROLLBACK:
+        if action < self.A_VERIFY_PLAN:
             return "verify", action - self.A_VERIFY, False
+        if action < self.A_ROLLBACK:
+            return "verify_plan", action - self.A_VERIFY_PLAN, False
         return ("rollback", "replan", "submit")[action - self.A_ROLLBACK], -1, False
 
     def _seed(self) -> int:
@@ -632,6 +641,27 @@ class EDOEnv(gym.Env):
         ep.trace.append(("verify", check))
         return check.cost, ep.team.specs[w].price
 
+    def _verify_plan(self, w: int, retrieve: bool = False) -> tuple[CallCost, float]:
+        """Worker ``w`` critiques the plan as written against the task text (a paid call, as fallible as the worker);
+        a failed call gives no verdict (the same worker may be asked again)."""
+        ep = self._ep
+        plan = ep.plan
+        check = self.workers[w].verify_plan(ep.task.text, plan_json(plan.plan), self._seed())
+        if check.failed:
+            ep.failed_calls += 1
+        else:
+            plan.reviews.append(check.verdict)
+            plan.reviewed_by.add(w)
+        ep.call_retries += check.attempts - 1
+        ep.call_status = {
+            "call_failed": check.failed,
+            "call_error": check.error,
+            "backend_attempts": int(check.attempts),
+            "retrieval_fallback": False,
+        }
+        ep.trace.append(("verify_plan", check))
+        return check.cost, ep.team.specs[w].price
+
     def _rollback(self, w: int = -1, retrieve: bool = False) -> tuple[CallCost, float]:
         """Discard the last result; only the coordination tokens are charged (the discarded work already was)."""
         ep = self._ep
@@ -779,6 +809,8 @@ class EDOEnv(gym.Env):
             return plan.current_step >= 0 and not (retrieve and self.workers[w].retriever.size == 0)
         if kind == "verify":
             return self.config.enable_verify and bool(plan.done_stack) and w not in plan.verified_by[plan.done_stack[-1]]
+        if kind == "verify_plan":
+            return self.config.enable_plan_review and w not in plan.reviewed_by
         if kind == "rollback":
             return bool(plan.done_stack)
         if kind == "replan":
@@ -800,7 +832,8 @@ class EDOEnv(gym.Env):
                 no_docs = tuple([w.retriever.size == 0 for w in self.workers])
             plan = ep.plan
             top = frozenset(plan.verified_by[plan.done_stack[-1]]) if plan.done_stack else None
-            key = (cur >= 0, no_docs, top, ep.replans < self._replan_limit)
+            reviewed = frozenset(plan.reviewed_by) if plan.reviewed_by else None
+            key = (cur >= 0, no_docs, top, ep.replans < self._replan_limit, reviewed)
         mask = self._mask_memo.get(key)
         if mask is None:
             mask = self._build_mask(key)
@@ -812,7 +845,7 @@ class EDOEnv(gym.Env):
     def _build_mask(self, key: tuple) -> np.ndarray:
         mask = np.zeros(self.n_actions, dtype=np.float32)
         if key:
-            undone, no_docs, top, replan = key
+            undone, no_docs, top, replan, reviewed = key
             if undone:
                 mask[: self.n_dispatch] = 1.0
                 if no_docs is not None:
@@ -825,6 +858,10 @@ class EDOEnv(gym.Env):
                     for w in range(len(self.workers)):
                         if w not in top:
                             mask[self.A_VERIFY + w] = 1.0
+            if self.config.enable_plan_review:
+                for w in range(len(self.workers)):
+                    if reviewed is None or w not in reviewed:
+                        mask[self.A_VERIFY_PLAN + w] = 1.0
             if replan:
                 mask[self.A_REPLAN] = 1.0
             mask[self.A_SUBMIT] = 1.0
@@ -875,6 +912,12 @@ class EDOEnv(gym.Env):
             obs["step_text"], obs["plan_text"] = plan.text_features[0].copy(), plan.text_features[1].copy()
         if plan.check_features is not None:
             obs["step_check"], obs["plan_check"] = plan.check_features[0].copy(), plan.check_features[1].copy()
+        if cfg.enable_plan_review:
+            review = np.zeros(O.PLAN_REVIEW_FEATURES, dtype=np.float32)
+            if plan.reviews:
+                review[VERDICT_CODE[plan.reviews[-1]] - 1] = 1.0
+                review[3] = min(1.0, len(plan.reviews) / len(self.workers))
+            obs["plan_review"] = review
         if cfg.focus_view:
             obs["current"], obs["last"], obs["tried"] = self._focus(sub, cur, last)
         obs["action_mask"] = self._mask_entry(cur).copy()
@@ -1084,6 +1127,16 @@ class EDOEnv(gym.Env):
         service = getattr(self, "service", None)
         if service is not None:
             service.flush()
+
+
+def plan_json(plan: Plan) -> str:
+    """A plan as the planner's JSON (what a plan critic reads): type, domain, instruction and 1-based inputs per step."""
+    return plan_to_json(
+        [
+            {"type": s.label, "domain": s.domain_label, "instruction": s.instruction, "inputs": [d + 1 for d in s.deps]}
+            for s in plan.steps
+        ]
+    )
 
 
 def _planner_status(attempts: int, error: str, failed: bool) -> dict[str, Any]:

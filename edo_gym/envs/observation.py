@@ -37,6 +37,9 @@ embedding dims):
   on; zeros when none); ``tried`` ``(W, 7)``: per worker, its dispatches of the current step without and with
   retrieval (each / 4), whether one of them abstained, whether it wrote the last finished step's result, and its
   verdict on that result (ok / flagged / unsure), all since the plan was made;
+- with ``EDOConfig.enable_plan_review``, ``plan_review`` ``(4,)``: the latest ``verify_plan`` verdict on the current
+  plan (ok / flagged / unsure, one-hot; zeros before any) and the number of critiques of it / workers; a paid,
+  fallible critique, not a check of the plan for free;
 - ``action_mask`` ``(A,)``: 1 for legal actions.
 
 Text (task, plan, outputs) never enters the observation; it is available through ``render()``.
@@ -82,6 +85,8 @@ BUDGET_FEATURES = 5
 # ``tried`` columns (the pointer-free view)
 T_NO_RETRIEVAL, T_RETRIEVAL, T_ABSTAINED, T_PRODUCED, T_OK, T_FLAG, T_UNSURE = range(7)
 TRIED_FEATURES = 7
+#: ``plan_review``: the latest critique of the current plan (ok / flagged / unsure) and the critiques made / workers.
+PLAN_REVIEW_FEATURES = 4
 TYPE_INDEX = {t: i for i, t in enumerate(SUBTASK_TYPES)}
 DOMAIN_INDEX = {d: i for i, d in enumerate(DOMAINS)}
 FAMILY_INDEX = {f: i for i, f in enumerate(FAMILIES)}
@@ -105,6 +110,8 @@ def observation_space(config: EDOConfig, n_actions: int) -> spaces.Dict:
     if config.plan_check:
         d["step_check"] = spaces.Box(0.0, 1.0, (S,), np.float32)
         d["plan_check"] = spaces.Box(0.0, 1.0, (2,), np.float32)
+    if config.enable_plan_review:
+        d["plan_review"] = spaces.Box(0.0, 1.0, (PLAN_REVIEW_FEATURES,), np.float32)
     if config.focus_view:
         d["current"] = spaces.Box(0.0, 1.0, (SUBTASK_FEATURES,), np.float32)
         d["last"] = spaces.Box(0.0, 1.0, (SUBTASK_FEATURES,), np.float32)

@@ -62,6 +62,12 @@ def render_trace(env: EDOEnv) -> str:
                 out.append(
                     f"  verify step {check.step + 1} by {names[check.worker]}: {check.verdict.upper()}{tries}; {_cost(check.cost)}"
                 )
+        elif kind == "verify_plan":
+            check = event[1]
+            if check.failed:
+                out.append(f"  verify the plan by {names[check.worker]}: call FAILED: {check.error}")
+            else:
+                out.append(f"  verify the plan by {names[check.worker]}: {check.verdict.upper()}; {_cost(check.cost)}")
         elif kind == "rollback":
             out.append(f"  rollback step {event[1] + 1}")
         elif kind == "replan":

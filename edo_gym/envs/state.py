@@ -91,6 +91,9 @@ class PlanState:
     verdict_of: list[dict[int, str]]
     tried: np.ndarray
     done_stack: list[int] = field(default_factory=list)
+    #: ``verify_plan`` critiques of this plan, in order, and the workers that gave them.
+    reviews: list[str] = field(default_factory=list)
+    reviewed_by: set[int] = field(default_factory=set)
     rows: np.ndarray = field(default_factory=lambda: np.zeros((0, O.SUBTASK_FEATURES), dtype=np.float32))
     #: The plan row's constant part (length, planner confidence, fallback or repaired plan).
     head: np.ndarray = field(default_factory=lambda: np.zeros(O.PLAN_FEATURES, dtype=np.float32))
