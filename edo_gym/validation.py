@@ -10,7 +10,11 @@ of the episodes and reports its ROC AUC on the other half:
   an abstention is visibly not an answer);
 - ``plan_faithful``: whether executing the plan perfectly would answer the task, logged when the plan has just been
   made (before any step ran);
-- ``label_wrong``: whether the current step's type or domain label differs from the truth, logged before each dispatch.
+- ``label_wrong``: whether the current step's type or domain label differs from the truth, logged before each dispatch;
+- ``team_drawn``: whether the episode's team was drawn away from the public profiles (``DeviationConfig.team_rate``),
+  logged when the plan has just been made;
+- ``drift_pending``: whether a worker will drift later in the episode (``DeviationConfig.drift_rate``), logged at
+  every decision point before the drift's onset (after it, the drifted answers are evidence the policy earned).
 
 Each variable is logged at the decision point where a policy would want it and has not yet paid to learn it: once
 steps run, their answers (abstentions, odd values) legitimately tell a broken plan apart, which is evidence the
@@ -28,7 +32,14 @@ import numpy as np
 
 from edo_gym.envs import observation as O
 
-HIDDEN_TARGETS: tuple[str, ...] = ("last_result_correct", "plan_faithful", "label_wrong", "plan_faithful_any_point")
+HIDDEN_TARGETS: tuple[str, ...] = (
+    "last_result_correct",
+    "plan_faithful",
+    "label_wrong",
+    "plan_faithful_any_point",
+    "team_drawn",
+    "drift_pending",
+)
 
 
 def verdict_mask(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -91,6 +102,10 @@ def collect(
             rows["plan_faithful_any_point"].append(float(hidden["plan_faithful"]))
             rows["label_wrong"].append(float(hidden["label_wrong"][current]) if current >= 0 else np.nan)
             rows["last_result_correct"].append(float(bool(hidden["correct"][last])) if just_answered else np.nan)
+            deviations = hidden["deviations"]
+            rows["team_drawn"].append(float(deviations["team_drawn"]) if fresh_plan else np.nan)
+            drift = deviations["drift"]
+            rows["drift_pending"].append(float(drift is not None) if drift is None or not drift["active"] else np.nan)
             if rng.random() < random_share:
                 action = int(rng.choice(np.flatnonzero(obs["action_mask"])))
             else:

@@ -245,6 +245,18 @@ def space_mismatch(saved: spaces.Space, current: spaces.Space) -> str | None:
         )
     if old == "0.4" and new == "0.3":
         return f"it was trained with the pointer-free view ({keys}) and this env was made with focus_view=False; make it with focus_view=True"
+    if (
+        isinstance(saved, spaces.Dict)
+        and isinstance(current, spaces.Dict)
+        and ("plan_review" in saved.spaces) != ("plan_review" in current.spaces)
+    ):
+        if "plan_review" in current.spaces:
+            return (
+                "it was trained on an observation without 'plan_review': before EDO-Gym 0.4.0 made verify_plan(w) actions "
+                "and the deviations from the script part of the default env (see the Version History in "
+                "edo_gym.envs.edo_env); retrain it, or run it on an env made with enable_plan_review=False"
+            )
+        return "it was trained with verify_plan(w) actions ('plan_review'); make the env with enable_plan_review=True"
     if isinstance(saved, spaces.Dict) and isinstance(current, spaces.Dict):
         a, b = saved.spaces, current.spaces
         diff = [f"key {k!r} only in the model's space" for k in sorted(set(a) - set(b))]
