@@ -73,6 +73,7 @@ class PartTimers:
         self.seconds: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self._patched: list[tuple[Any, str]] = []
+        self._replaced: list[tuple[Any, str, Any]] = []
         u = env.unwrapped
         for embedder in {id(e.embedder): e.embedder for e in u.service.encoders}.values():
             self._wrap(embedder, "encode_one", "forward")
@@ -81,6 +82,10 @@ class PartTimers:
         for name, key in (("reset", "reset"), ("step", "step"), ("_dispatch", "dispatch"), ("_verify", "verify"),
                           ("_ask_planner", "make_plan"), ("_observation", "observation")):  # fmt: skip
             self._wrap(u, name, key)
+        actions = getattr(u, "_actions", None)
+        if isinstance(actions, dict):  # the env calls its action methods through a table it built at construction
+            self._replaced.append((u, "_actions", actions))
+            u._actions = {**actions, "dispatch": u._dispatch, "verify": u._verify}
         for worker in u.workers:
             self._wrap(worker, "search", "search")
         self._wrap(u.caller, "call", "call")
@@ -108,7 +113,10 @@ class PartTimers:
     def remove(self) -> None:
         for obj, name in self._patched:
             delattr(obj, name)
+        for obj, name, value in self._replaced:
+            setattr(obj, name, value)
         self._patched.clear()
+        self._replaced.clear()
 
 
 def _retrievers(service: Any) -> list[Any]:
