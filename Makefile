@@ -48,17 +48,18 @@ $(PREPARED): $(STAMP) $(shell find edo_gym -name '*.py')
 	$(BIN)/edo prepare && touch $(PREPARED) || echo "make: edo prepare failed (see above); runs work, their first steps are slower" >&2
 
 # GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here) and the levers
-# that won in benchmarks/study_levers.py: the text features and the plan check in the observation, and a warm start by
-# behaviour cloning on 2,000 recorded episodes of the text-reading plan_check_text policy (a Minari dataset, recorded
-# at the first run, then reused), then 300k steps of GRPO, then the held-out table next to the heuristics (README,
-# Quickstart); a first run on a machine also embeds the corpus.
+# of benchmarks/study_levers.py that read only what an orchestrator sees: the text features in the observation and a
+# warm start by behaviour cloning on 2,000 recorded episodes of the text-reading plan_check_text policy (a Minari
+# dataset, recorded at the first run, then reused), then 300k steps of GRPO, then the held-out table next to the
+# heuristics (README, Quickstart); a first run on a machine also embeds the corpus. The privileged plan check
+# (plan_check=True: a rule-based planner's plan, free) is not used. --overwrite: a rerun replaces runs/grpo_EDO-v0_0.
 # Override with e.g. `make train TRAIN_ARGS="--seed 1 --no-progress"`.
 TRAIN_ARGS ?=
-train: $(PREPARED)  ## warm-start GRPO from a text reader's episodes, train it on EDO-v0 with the plan check (300k steps), print the held-out table
+train: $(PREPARED)  ## warm-start GRPO from a text reader's episodes, train it on EDO-v0 (300k steps), print the held-out table
 	$(BIN)/edo train --algo grpo --env EDO-v0 --timesteps 300000 --seed 0 --n-envs 16 --net-arch 128,128 \
 		--learning-rate 1e-4 --ent-coef 0.01 --group-size 8 --groups-per-rollout 16 --batch-size 512 --n-epochs 4 \
-		--scale-rewards none --loss-type bnpo --text-features --plan-check --warm-start plan_check_text \
-		--output-dir runs --tensorboard-dir runs/tb --eval-episodes 200 $(TRAIN_ARGS)
+		--scale-rewards none --loss-type bnpo --text-features --warm-start plan_check_text \
+		--output-dir runs --tensorboard-dir runs/tb --eval-episodes 200 --overwrite $(TRAIN_ARGS)
 
 # pytest exits 5 when it collects nothing: a broken suite, reported as a failure with a clear message.
 test: $(PREPARED)  ## the fast test suite (slow tests deselected)

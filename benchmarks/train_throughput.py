@@ -57,7 +57,7 @@ TARGET = 0.35
 TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "16", "--net-arch", "128,128",
               "--learning-rate", "1e-4", "--ent-coef", "0.01", "--group-size", "8", "--groups-per-rollout", "16",
               "--batch-size", "512", "--n-epochs", "4", "--scale-rewards", "none", "--loss-type", "bnpo",
-              "--text-features", "--plan-check", "--warm-start", "plan_check_text",
+              "--text-features", "--warm-start", "plan_check_text",
               "--eval-episodes", "0", "--no-progress"]  # fmt: skip
 
 
