@@ -64,7 +64,7 @@ SETTINGS: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     (re.compile(r"one call and\s(?P<v>0\.6) s through"), "the latency the greedy router is charged per decision, a setting"),
     (re.compile(r"target(?: of| >=)? (?P<v>\d\.\d+x?)\b"), "a benchmark's target, set in its script, not measured"),
-    (re.compile(r"ent_coef (?P<v>0\.\d+)\b"), "an entropy coefficient: a setting"),
+    (re.compile(r"ent_coef`? (?P<v>0\.\d+)\b"), "an entropy coefficient: a setting"),
 )
 #: An HTML comment that marks the table right below it as settings (budgets, sizes), not measurements; it must say
 #: where they are declared, e.g. ``<!-- settings: the budgets each study declares (benchmarks/study_*.py) -->``.
