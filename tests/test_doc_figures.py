@@ -89,8 +89,10 @@ _FIGURE = re.compile(
 )
 #: An integer directly before a percentage range's dash ("17-41%"): a percentage too.
 _PERCENT_RANGE_START = re.compile(r"^\s?-\s?\d+(?:\.\d+)?\s?%")
-#: A number of any form in a result file (JSON floats in scientific notation included).
+#: A number of any form in a result file: with thousands separators in Markdown, in scientific notation in JSON
+#: (whose numbers never have separators, so that a compact list such as ``[5,100,200]`` stays three numbers).
 _FILE_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_JSON_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _RESULT_PATH = re.compile(r"(?:\.\./)*(?:benchmarks|tools)/results/[\w./-]*?[\w-]\.(?:md|json)\b")
 _FILE_NAME = re.compile(r"(?<![\w/.-])[\w-]+\.(?:md|json)\b")
 #: A timing: a figure followed by a unit of time or a rate per second.
@@ -173,7 +175,8 @@ def find_sources(section: Section, document: Path, root: Path) -> None:
         else:
             section.missing_sources.append(match.group(0))
     for match in _FILE_NAME.finditer(section.text):
-        found += _resolve(match.group(0), document, root)
+        if match.group(0) != "README.md":  # a folder's README describes results, it holds none
+            found += _resolve(match.group(0), document, root)
     for link in re.finditer(r"\]\(([^)\s#]+\.(?:md|json))", section.text):
         target = (document.parent / link.group(1)).resolve()
         if target.is_file() and any(target.is_relative_to((root / folder).resolve()) for folder in RESULT_DIRS):
@@ -242,7 +245,7 @@ def file_numbers(path: Path) -> tuple[frozenset[tuple[Decimal, int]], bool]:
     printed at full precision, so a value with fewer decimals is exact)."""
     text = path.read_text(encoding="utf-8", errors="replace")
     numbers = set()
-    for match in _FILE_NUMBER.finditer(text):
+    for match in (_JSON_NUMBER if path.suffix == ".json" else _FILE_NUMBER).finditer(text):
         plain = match.group(0).replace(",", "")
         try:
             value = Decimal(plain)
@@ -321,10 +324,11 @@ def test_the_check_accepts_figures_its_sources_hold_and_rounded_ones(tmp_path: P
     doc = _write(
         tmp_path,
         "docs/page.md",
-        "# Page\n\nNo figures here, `--lr 1.5` in code, EDO-v0 and 300k steps, version 3.11.7.\n\n"
+        '# Page\n\nNo figures here, `--lr 1.5` in code, EDO-v0 and 300k steps, version 3.11.7, a reply such as "$978,000".\n\n'
         "## Results\n\n[result](../benchmarks/results/x.md): success 0.157, return -1.276, 5,031 steps/s (load average\n"
         "5.4), 24% hit; `y.json` has 0.50 and a cold start of 22.0 s.\n\n"
-        "| measure | value |\n|---|---|\n| steps/s | 5031 |\n",
+        "| measure | value |\n|---|---|\n| steps/s | 5031 |\n\n"
+        "<!-- settings: the budgets the study declares -->\n| tier | steps |\n|---|---|\n| quick | 12,000 |\n",
     )
     assert check_document(doc, root=tmp_path) == []
 
@@ -338,6 +342,7 @@ def test_the_check_accepts_figures_its_sources_hold_and_rounded_ones(tmp_path: P
         ("<!-- source: benchmarks/results/x.md -->\n| a | 7 |", "figure 7 (line 4) is in none of the files searched"),
         ("[result](../benchmarks/results/x.md): 12% of steps.", "figure 12% (line 3) is in none of the files searched"),
         ("[result](../benchmarks/results/x.md): cold start 2.5 s.", "timings 2.5 (line 3) name no load average"),
+        ("[result](../benchmarks/results/x.md)\n\n| tier | steps |\n|---|---|\n| quick | 12,000 |", "figure 12,000 (line 7)"),
     ],
 )
 def test_the_check_flags_a_figure_its_sources_do_not_hold(tmp_path: Path, section: str, expected: str) -> None:
