@@ -12,8 +12,9 @@ of the section's prose and tables must occur in the text of one of those files:
   same value with trailing zeros); a percentage may also be a fraction in the file (``0.24`` for ``24%``);
 - skipped: fenced code blocks, inline code spans, link targets, HTML comments, headings, quoted examples
   (``"$978,000"``), version strings (``3.11.7``), scientific notation (settings such as learning rates), numbers
-  glued to letters (``EDO-v0``, ``300k``, ``SmolLM2-135M``), integers in prose, the settings in ``SETTINGS`` and a
-  table right below a ``<!-- settings: where they are declared -->`` comment (budgets, not measurements).
+  glued to letters (``EDO-v0``, ``300k``, ``SmolLM2-135M``), machine classes (``2-core x86-64``), integers in prose,
+  the settings in ``SETTINGS`` and a table right below a ``<!-- settings: where they are declared -->`` comment
+  (budgets, not measurements).
 
 A section that quotes figures but names no result file fails, and so does a named result file that does not exist.
 Each figure that is a timing (a number of seconds, milliseconds, microseconds, hours or steps per second) must sit in
@@ -80,6 +81,8 @@ _LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
 _URL = re.compile(r"<?https?://[^\s)>]+>?")
 _VERSION = re.compile(r"(?<![\w.])v?\d+(?:\.\d+){2,}(?![\w.]|\.\d)")
 _SCIENTIFIC = re.compile(r"(?<![\w.])\d+(?:\.\d+)?e[-+]?\d+\b", re.I)
+#: Names with a dash before a number: a machine class, not a figure.
+_IDENTIFIER = re.compile(r"\bx86[-_]64\b|\b\d+-core\b")
 _TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{3,}")
 #: A figure: an optional sign, digits with thousands separators or an optional decimal part, an optional percent
 #: sign or ratio suffix; never part of a word, an identifier or a longer dotted number.
@@ -206,7 +209,7 @@ def extract_figures(section: Section) -> list[Figure]:
     """The figures of a section's prose and tables (see the module's docstring for what counts and what is skipped)."""
     text = section.text
     skipped = _setting_spans(text)
-    for pattern in (_SETTINGS_TABLE, _CODE_SPAN, _COMMENT, _LINK_TARGET, _URL, _VERSION, _SCIENTIFIC):
+    for pattern in (_SETTINGS_TABLE, _CODE_SPAN, _COMMENT, _LINK_TARGET, _URL, _VERSION, _SCIENTIFIC, _IDENTIFIER):
         skipped += [match.span() for match in pattern.finditer(text)]
     masked = _mask(text, skipped)
     # quotes are paired outside code only (a code span may hold a lone quote)
