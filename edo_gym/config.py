@@ -99,6 +99,10 @@ class WorldConfig:
     n_months: int = 6
     #: Near-duplicate distractor documents written per fact (similar entity name, different value).
     distractors_per_fact: int = 1
+    #: Tiered refund policies: each shipment's customer holds a membership tier, and half the carriers set their refund
+    #: window by it (their general policy document says so instead of stating a number; one window per tier). What
+    #: ``TaskConfig.extra_step_rate`` needs (:mod:`edo_gym.world.extra_step`); ``False`` keeps the corpus as it was.
+    tiered_refunds: bool = False
 
     def __post_init__(self) -> None:
         owner = "WorldConfig"
@@ -111,6 +115,7 @@ class WorldConfig:
         _check_int(owner, "n_stores", self.n_stores, 2, 500)
         _check_int(owner, "n_months", self.n_months, 1, 12)
         _check_int(owner, "distractors_per_fact", self.distractors_per_fact, 0, 4)
+        _check_type(owner, "tiered_refunds", self.tiered_refunds, bool)
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,10 @@ class TaskConfig:
     #: training task and no rule-based component of the package (the ``rules`` planner) knows. The structure, gold
     #: answers and split never depend on it; 0.0 keeps every canonical text (the pool exactly as without phrasing).
     phrasing_rate: float = 0.0
+    #: Share of the support tasks that need a step no plan written from their text holds: the carrier of the order sets
+    #: its refund window by the customer's membership tier, which only the policy lookup's answer reveals
+    #: (:mod:`edo_gym.world.extra_step`). Needs ``WorldConfig.tiered_refunds``; 0.0 keeps every task as it was.
+    extra_step_rate: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "TaskConfig"
@@ -157,6 +166,10 @@ class TaskConfig:
         _check_choice(owner, "split", self.split, TASK_SPLITS)
         _check_float(owner, "test_fraction", self.test_fraction, 0.0, 0.9, low_open=True)
         _check_float(owner, "phrasing_rate", self.phrasing_rate, 0.0, 1.0)
+        _check_float(owner, "extra_step_rate", self.extra_step_rate, 0.0, 1.0)
+        if self.extra_step_rate > 0 and self.max_hops < 2:
+            # a task with the extra step names a shipment or an order (a carrier names no customer): two hops at least
+            raise ValueError(f"{owner}.extra_step_rate > 0 needs max_hops >= 2, got max_hops={self.max_hops}")
 
 
 @dataclass(frozen=True)
@@ -630,6 +643,11 @@ class EDOConfig:
             ("reward", RewardConfig),
         ):
             _check_type(owner, name, getattr(self, name), cls)
+        if self.tasks.extra_step_rate > 0 and not self.world.tiered_refunds:
+            raise ValueError(
+                "TaskConfig.extra_step_rate > 0 needs WorldConfig.tiered_refunds=True (the world must hold the tiered "
+                "policies), e.g. gym.make(env_id, world_tiered_refunds=True, tasks_extra_step_rate=0.5)"
+            )
         if isinstance(self.workers, list):
             object.__setattr__(self, "workers", tuple(self.workers))
         _check_type(owner, "workers", self.workers, tuple)

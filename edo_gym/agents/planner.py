@@ -73,7 +73,6 @@ class PlanError(ValueError):
     """A planner reply that does not follow :data:`PLAN_FORMAT`."""
 
 
-@lru_cache(maxsize=50_000)
 def parse_plan(text: str, max_steps: int) -> tuple[PlanStep, ...]:
     """Validate a planner reply against the plan schema.
 
@@ -313,7 +312,6 @@ def _one(readings: set) -> Any:
     return next(iter(readings)) if len(readings) == 1 else None
 
 
-@lru_cache(maxsize=50_000)
 def _read_multihop(text: str) -> tuple[tuple[str, ...], str] | None:
     """``(relations, subject)`` of a question in a training frame over training synonyms, or ``None``."""
     readers = _readers()
@@ -326,7 +324,6 @@ def _read_multihop(text: str) -> tuple[tuple[str, ...], str] | None:
     return _one(readings)
 
 
-@lru_cache(maxsize=50_000)
 def _read_support(text: str) -> tuple[tuple[str, ...], str] | None:
     """``(relations, subject)`` of a customer's refund question in training parts: the lookups from what the message
     names (an order, a shipment or a carrier) to the refund window; ``None`` for other text."""
@@ -352,7 +349,6 @@ def _read_support(text: str) -> tuple[tuple[str, ...], str] | None:
     return _one(readings)
 
 
-@lru_cache(maxsize=50_000)
 def _read_analytics(text: str) -> tuple[str, list[str], str] | None:
     """``(op, stores, month)`` of a revenue question in training parts, or ``None``."""
     readers = _readers()
@@ -377,7 +373,6 @@ def _read_analytics(text: str) -> tuple[str, list[str], str] | None:
     return (reading[0], list(reading[1]), reading[2]) if reading is not None else None
 
 
-@lru_cache(maxsize=50_000)
 def rule_plan(task_text: str) -> Plan | None:
     """The plan a rule-based planner writes from the task's text alone (``PlannerConfig.mode == "rules"``), or ``None``
     when the text is of no form it knows.

@@ -167,8 +167,6 @@ class SimulatedBackend:
         self._gold_plans: dict[str, tuple[tuple[dict, ...], str]] = _shared_gold_plans(tasks)
         #: ``_matches`` by ``(relation, subject, documents)`` (see ``_read_fact``).
         self._matches: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = _MATCHES
-        #: The JSON replies of corrupted plans by the fields of their steps that ``_render`` reads (see ``_plan_json``).
-        self._plan_texts: dict[tuple, str] = _PLAN_TEXTS
 
     def use_team(self, workers: Sequence[WorkerSpec]) -> None:
         """Simulate these specs from now on (an episode's team draw, :mod:`edo_gym.deviations.team`): the same names
@@ -376,16 +374,8 @@ class SimulatedBackend:
         return LLMResponse(text, confidence=confidence)
 
     def _plan_json(self, steps: list[dict]) -> str:
-        """``plan_to_json([_render(s) for s in steps])``, memoised by the fields ``_render`` reads."""
-        key = tuple(
-            [(s["kind"], s["label"], s["label_domain"], s["relations"], s["op"], s["deps"], s["literal"]) for s in steps]
-        )
-        text = self._plan_texts.get(key)
-        if text is None:
-            if len(self._plan_texts) >= PLAN_TEXT_MEMO_SIZE:
-                self._plan_texts.clear()
-            text = self._plan_texts[key] = plan_to_json([_render(s) for s in steps])
-        return text
+        """The planner reply that writes ``steps``."""
+        return plan_to_json([_render(s) for s in steps])
 
     def _corrupt(self, steps: list[dict], error: str, rng: RNG) -> tuple[list[dict], str]:
         n = len(steps)
@@ -448,7 +438,6 @@ class SimulatedBackend:
 _NO_MATCHES: tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]] = ((), ())
 #: The process's memos shared by every ``SimulatedBackend`` (see ``SimulatedBackend.__init__``).
 _MATCHES: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = {}
-_PLAN_TEXTS: dict[tuple, str] = {}
 #: Gold-plan memos by ``id(tasks)``, each with the task sequence it belongs to (kept alive, so its id is not reused).
 _GOLD_PLANS: dict[int, tuple[Sequence[Task], dict[str, tuple[tuple[dict, ...], str]]]] = {}
 #: Task sequences whose gold-plan memos are kept at once (more: the registry starts afresh; live backends keep theirs).
@@ -474,8 +463,6 @@ def _shared_gold_plans(tasks: Sequence[Task]) -> dict[str, tuple[tuple[dict, ...
 
 #: Most ``(relation, subject, documents)`` keys ``SimulatedBackend`` memoises the matches of (then it starts afresh).
 MATCH_MEMO_SIZE = 100_000
-#: Most corrupted plans ``SimulatedBackend`` memoises the JSON reply of (then it starts afresh).
-PLAN_TEXT_MEMO_SIZE = 50_000
 
 
 def _matches(

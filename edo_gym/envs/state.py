@@ -9,7 +9,6 @@ nothing here is hidden from a real orchestrator except :attr:`PlanState.truth`, 
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,9 +44,8 @@ class PlanTables:
     fresh: np.ndarray
 
 
-@functools.lru_cache(maxsize=20_000)
 def plan_tables(steps: tuple[PlanStep, ...], max_subtasks: int) -> PlanTables:
-    """:class:`PlanTables` of a plan (memoised: the planner writes the same plans again and again)."""
+    """:class:`PlanTables` of a plan."""
     static = np.zeros((max_subtasks, O.SUBTASK_FEATURES), dtype=np.float32)
     for i, step in enumerate(steps):
         static[i, O.C_TYPE + O.TYPE_INDEX[step.label]] = 1.0

@@ -106,6 +106,42 @@ for _m in MONTHS:
 #: Refund windows (days) a duration value is drawn from.
 DURATION_DAYS: tuple[int, ...] = (7, 10, 14, 21, 30, 45, 60, 90)
 
+# -- tiered refund policies (``WorldConfig.tiered_refunds``; see edo_gym.world.extra_step) ----------------------
+#: Customer membership tiers, lowest first (a higher tier never has a shorter refund window).
+TIERS: tuple[str, ...] = ("Standard", "Silver", "Gold")
+#: Share of the customers in each tier.
+TIER_SHARES: tuple[float, ...] = (0.5, 0.3, 0.2)
+#: What the general refund-window document of a carrier with a tiered policy states instead of a number.
+TIER_RULE = "the period set by the customer's membership tier"
+#: The question about a tier's refund window, ``{t}`` the tier and ``{x}`` the carrier (a plan step fills both in).
+TIER_WINDOW_QUESTION = "What is the refund window for {t} members on deliveries by {x}?"
+#: The relation of each tier's refund window (subject: a carrier), by tier.
+TIER_WINDOW_RELATIONS: dict[str, str] = {tier: f"refund_window_{tier.lower()}" for tier in TIERS}
+MEMBERSHIP_TIER = "membership_tier"
+#: Relations a world holds facts of only with ``WorldConfig.tiered_refunds``.
+TIER_RELATIONS: frozenset[str] = frozenset({MEMBERSHIP_TIER, *TIER_WINDOW_RELATIONS.values()})
+#: Distinguishes the tier generator's seed from any other use of ``WorldConfig.seed`` ("tier" in ASCII).
+_TIER_STREAM = 0x74696572
+
+RELATIONS[MEMBERSHIP_TIER] = Relation(
+    MEMBERSHIP_TIER, "shipment", "tier", "orders", "Which membership tier does the customer of shipment {x} hold?",
+    ("The customer of shipment {s} is a {v} member.", "Shipment {s} belongs to a customer with {v} membership.",
+     "Customer record for shipment {s}: membership tier {v}."),
+)  # fmt: skip
+for _tier, _name in TIER_WINDOW_RELATIONS.items():
+    RELATIONS[_name] = Relation(
+        _name,
+        "carrier",
+        "duration",
+        "policies",
+        TIER_WINDOW_QUESTION.replace("{t}", _tier),
+        (
+            f"{_tier} members: late deliveries by {{s}} can be refunded within {{v}}.",
+            f"Policy for {_tier} members: parcels shipped with {{s}} can be refunded within {{v}}.",
+            f"For {_tier} members, the refund window for {{s}} deliveries is {{v}}.",
+        ),
+    )
+
 #: Relations whose value is another entity, usable as an inner hop of a multi-hop chain.
 CHAIN_RELATIONS: dict[str, tuple[str, ...]] = {
     "person": ("mentor", "employer", "birth_city"),
@@ -143,6 +179,10 @@ class World:
         self.facts: dict[tuple[str, str], str] = {}
         self._make_entities(rng)
         self._make_facts(rng)
+        #: Carriers whose refund window depends on the customer's membership tier (none without ``tiered_refunds``).
+        self.tiered_carriers: frozenset[str] = frozenset()
+        if config.tiered_refunds:
+            self._make_tiers()
         self.documents: list[Document] = self._make_documents(rng)
         self.kind_of: dict[str, str] = {name: kind for kind, names in self.entities.items() for name in names}
         #: canonical name -> other surface forms a correct answer may take (``"Quell, Mara"`` for ``"Mara Quell"``).
@@ -215,6 +255,8 @@ class World:
         for rel in RELATIONS.values():
             if rel.subject_kind == "store" and rel.name.removeprefix("revenue_").capitalize() not in self.months:
                 continue
+            if rel.name in TIER_RELATIONS:  # drawn by _make_tiers, from a generator of its own
+                continue
             subjects = self.entities[rel.subject_kind]
             if rel.name == "shipment":
                 # one shipment per order, a bijection
@@ -223,6 +265,28 @@ class World:
                 continue
             for subject in subjects:
                 self.facts[(subject, rel.name)] = self._value_for(rng, rel.value_kind, exclude=subject)
+
+    def _make_tiers(self) -> None:
+        """Tiered refund policies: each shipment's customer holds a membership tier, and half the carriers (at least
+        one, at most all but one) set their refund window by it. Such a carrier's general refund-window fact states
+        :data:`TIER_RULE` instead of a number, and it has one window per tier (longer for a higher tier).
+
+        Drawn from a generator of its own, after every other fact: the other facts, and the documents written before
+        the new ones, are those of the world without tiers (only the tiered carriers' general window is restated)."""
+        rng = np.random.default_rng((self.config.seed, _TIER_STREAM))
+        self.entities["tier"] = list(TIERS)
+        carriers = self.entities["carrier"]
+        n_tiered = min(len(carriers) - 1, max(1, len(carriers) // 2))
+        self.tiered_carriers = frozenset(carriers[int(i)] for i in rng.permutation(len(carriers))[:n_tiered])
+        for shipment in self.entities["shipment"]:
+            self.facts[(shipment, MEMBERSHIP_TIER)] = TIERS[int(rng.choice(len(TIERS), p=TIER_SHARES))]
+        for carrier in carriers:
+            if carrier not in self.tiered_carriers:
+                continue
+            self.facts[(carrier, "refund_window")] = TIER_RULE
+            days = sorted(int(d) for d in rng.choice(DURATION_DAYS, size=len(TIERS), replace=False))
+            for tier, d in zip(TIERS, days, strict=True):
+                self.facts[(carrier, TIER_WINDOW_RELATIONS[tier])] = f"{d} days"
 
     # -- documents --------------------------------------------------------------------------------------------
     @staticmethod

@@ -3,9 +3,11 @@
 Everything an agent exchanges is text. This module renders that text from templates and parses it back:
 
 - :func:`question` / :func:`parse_question`: a lookup question (``"Who is the mentor of Mara Quell?"``) or a
-  merged two-hop question (``"What is the employer of the mentor of Mara Quell?"``);
+  merged two-hop question (``"What is the employer of the mentor of Mara Quell?"``); :func:`tier_window_question`
+  asks about a membership tier's refund window (two inputs: the carrier and the tier);
 - :func:`compute_instruction` / :func:`parse_compute`: ``"Compute the sum of these revenue figures ..."``;
 - :func:`reply_instruction`: the write step of a support task;
+- :func:`result_notes` / :func:`parse_note`: the results found so far, as a replan request carries them;
 - :func:`parse_document`: the ``(subject, relation, value)`` a rendered document states, read from its text.
 
 The simulated workers read requests and documents through these parsers (never through the fact table), and
@@ -15,9 +17,10 @@ the environment uses the same parsers to compute hidden ground truth for the ora
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 
-from edo_gym.world.generator import RELATIONS
+from edo_gym.world.generator import RELATIONS, TIER_WINDOW_QUESTION
 
 #: Operation words of compute steps, as written in instructions.
 OP_WORDS: dict[str, str] = {"sum": "the sum", "max": "the highest value"}
@@ -44,6 +47,32 @@ def question(relations: tuple[str, ...], subject: str) -> str:
     for rel in relations:
         inner = _phrase(rel, inner)
     return f"What is {inner}?"
+
+
+def tier_window_question(carrier: str, tier: str) -> str:
+    """The question about a membership tier's refund window for deliveries by a carrier (a plan step writes both as
+    placeholders, ``{2}`` and ``{3}``; filled in, it is the question of that tier's window relation)."""
+    return TIER_WINDOW_QUESTION.format(t=tier, x=carrier)
+
+
+#: How a replan request carries one result found so far: the step's instruction, as sent, and the answer, as written.
+RESULT_NOTE = "{instruction} -> {answer}"
+
+
+def result_notes(results: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The results found so far as a replan request carries them (``LLMRequest.inputs``): ``(instruction, answer)``
+    pairs in the order they came, the latest answer to each instruction, each as :data:`RESULT_NOTE`."""
+    latest: dict[str, str] = {}
+    for instruction, answer in results:
+        latest.pop(instruction, None)
+        latest[instruction] = answer
+    return tuple(RESULT_NOTE.format(instruction=i, answer=a) for i, a in latest.items())
+
+
+def parse_note(note: str) -> tuple[str, str]:
+    """``(instruction, answer)`` of a :func:`result_notes` entry (``("", note)`` for other text)."""
+    instruction, _, answer = note.rpartition(" -> ")
+    return instruction, answer
 
 
 def compute_instruction(op: str, refs: list[str]) -> str:
@@ -141,10 +170,8 @@ def _parse_phrase_chain(text: str, depth: int = 0) -> tuple[tuple[str, ...], str
     return None
 
 
-@lru_cache(maxsize=100_000)
 def parse_compute(text: str) -> tuple[str, tuple[str, ...]] | None:
-    """``(op, input texts)`` of a compute instruction, or ``None`` (memoised: immutable, so no caller can alter
-    what the next one gets)."""
+    """``(op, input texts)`` of a compute instruction, or ``None``."""
     m = _COMPUTE.match(text.strip())
     if not m:
         return None
@@ -153,14 +180,12 @@ def parse_compute(text: str) -> tuple[str, tuple[str, ...]] | None:
     return op, refs
 
 
-@lru_cache(maxsize=100_000)
 def parse_reply(text: str) -> str | None:
     """The refund-window text a reply instruction carries, or ``None``."""
     m = _REPLY.match(text.strip())
     return m.group("ref") if m else None
 
 
-@lru_cache(maxsize=200_000)
 def parse_document(text: str) -> tuple[str, str, str] | None:
     """``(subject, relation, value)`` stated by a document's text, or ``None`` when no template matches."""
     for pattern, rel in _DOC_PATTERNS:

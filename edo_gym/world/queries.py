@@ -53,7 +53,10 @@ def reachable_queries(world: World, tasks: Iterable[Task] = ()) -> list[str]:
     of ``world``, e.g. ``TaskPool.tasks``), its compute step's instruction over the gold revenue figures in the gold
     plan's order (:func:`analytics_compute_queries`). Canonical queries are left out.
     """
-    entity_relations = [r for r in RELATIONS.values() if r.subject_kind in SUBJECT_KINDS]
+    # the relations this world holds facts of (the tier relations only in a world with tiered refund policies)
+    entity_relations = [
+        r for r in RELATIONS.values() if r.subject_kind in SUBJECT_KINDS and r.name in world.subjects_by_relation
+    ]
     seen: dict[str, None] = {}
     names = [name for kind in SUBJECT_KINDS for name in world.entities.get(kind, ())]
     for rel in entity_relations:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edo_gym.config import TaskConfig
-from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, World
+from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, MEMBERSHIP_TIER, RELATIONS, TIER_WINDOW_RELATIONS, World
 from edo_gym.world.phrasing import Composition, rephrase
 from edo_gym.world.text import normalize
 
@@ -34,6 +34,8 @@ _PHRASES = {
     "shipment": "the tracking number of order {x}",
     "carrier": "the carrier of shipment {x}",
     "refund_window": "the refund window of {x}",
+    MEMBERSHIP_TIER: "the membership tier of the customer of shipment {x}",
+    **{relation: f"the {tier}-member refund window of {{x}}" for tier, relation in TIER_WINDOW_RELATIONS.items()},
 }
 _SUPPORT_TEXTS = (
     "Customer message: 'My order {x} arrived late. How long do I have to ask for a refund?' Write the reply.",
@@ -49,6 +51,8 @@ SUPPORT_TEXTS: dict[str, tuple[str, ...]] = {
     "carrier": _SUPPORT_TEXTS_CARRIER,
 }
 REPLY_TEMPLATE = "You can request a refund within {v}."
+#: Distinguishes the extra-step draws' seeds from any other use of ``TaskConfig.seed`` ("xtra" in ASCII).
+_EXTRA_STEP_STREAM = 0x78747261
 
 
 def phrase(relation: str, inner: str) -> str:
@@ -111,6 +115,10 @@ class TaskPool:
     def __init__(self, world: World, config: TaskConfig) -> None:
         self.world = world
         self.config = config
+        if config.extra_step_rate > 0 and not world.tiered_carriers:
+            raise ValueError(
+                "TaskConfig.extra_step_rate > 0 needs a world with tiered refund policies (WorldConfig.tiered_refunds)"
+            )
         rng = np.random.default_rng(config.seed)
         self.tasks: list[Task] = []
         for i in range(config.n_tasks):
@@ -142,23 +150,72 @@ class TaskPool:
         return out
 
     def _support(self, task_id: int, hops: int, rng: np.random.Generator) -> Task:
-        n = min(hops, 3)
-        relations = ["shipment", "carrier", "refund_window"][3 - n :]
+        n = drawn_n = min(hops, 3)
         order = self.world.entities["order"][int(rng.integers(len(self.world.entities["order"])))]
+        extra, own = False, None
+        if self.world.tiered_carriers:  # in a world with tiered policies, whether the order ships with such a carrier
+            own = np.random.default_rng((self.config.seed, _EXTRA_STEP_STREAM, task_id))
+            extra, order = self._tier_draw(order, own)
+            if extra:
+                n = max(n, 2)  # the customer's tier is found from the shipment: a carrier alone names no customer
+        relations = ["shipment", "carrier", "refund_window"][3 - n :]
         start = order
-        texts = _SUPPORT_TEXTS
+        kind = ("carrier", "shipment", "order")[n - 1]
         if n == 2:
             start = self.world.facts[(order, "shipment")]
-            texts = _SUPPORT_TEXTS_SHIPMENT
         elif n == 1:
             start = self.world.facts[(self.world.facts[(order, "shipment")], "carrier")]
-            texts = _SUPPORT_TEXTS_CARRIER
+        # the text's draw from the pool's generator, as without tiers (the structure of every other task stays as it is)
+        index = int(rng.integers(len(SUPPORT_TEXTS[("carrier", "shipment", "order")[drawn_n - 1]])))
+        texts = SUPPORT_TEXTS[kind]
+        if n != drawn_n:
+            assert own is not None
+            index = int(own.integers(len(texts)))
+        text = texts[index].format(x=start)
+        if extra:  # the policy lookup that answers with the tier rule, then the two steps it reveals
+            subtasks, reply = self._tiered_support(start, n)
+            return Task(task_id, "support", text, subtasks, reply, n + 2)
         chain = self._chain(relations, start)
         reply = apply_op("refund_reply", [chain[-1].answer])
         assert reply is not None
         chain.append(Subtask("write", "policies", None, "refund_reply", (len(chain) - 1,), None, reply))
-        text = texts[int(rng.integers(len(texts)))].format(x=start)
         return Task(task_id, "support", text, tuple(chain), reply, n)
+
+    def _tier_draw(self, order: str, rng: np.random.Generator) -> tuple[bool, str]:
+        """``(extra, order)``: whether a support task needs the extra step (probability ``TaskConfig.extra_step_rate``,
+        :mod:`edo_gym.world.extra_step`), and an order that fits that draw: ``order`` (the one the pool drew) when its
+        carrier's policy is tiered exactly when ``extra`` is, else one drawn from ``rng`` (the task's own) among those
+        that fit."""
+        extra = bool(rng.random() < self.config.extra_step_rate)
+        facts, tiered = self.world.facts, self.world.tiered_carriers
+
+        def fits(o: str) -> bool:
+            return (facts[(facts[(o, "shipment")], "carrier")] in tiered) == extra
+
+        if fits(order):
+            return extra, order
+        options = [o for o in self.world.entities["order"] if fits(o)]
+        if not options:
+            kind = "a tiered" if extra else "an untiered"
+            raise ValueError(f"no order of this world ships with {kind} refund policy; use more orders (WorldConfig.n_orders)")
+        return extra, options[int(rng.integers(len(options)))]
+
+    def _tiered_support(self, start: str, n: int) -> tuple[tuple[Subtask, ...], str]:
+        """The gold steps and reply of a support task with the extra step, from ``start`` (an order when ``n == 3``, a
+        shipment when ``n == 2``): the lookups to the carrier, the membership tier of the shipment's customer, the
+        carrier's window for that tier (reading both), then the reply."""
+        chain = self._chain(["shipment", "carrier"][3 - n :], start)
+        carrier, carrier_step = chain[-1].answer, len(chain) - 1
+        if n == 3:  # the shipment is the first lookup's answer
+            chain.append(self._lookup(MEMBERSHIP_TIER, chain[0].answer, (0,), None))
+        else:
+            chain.append(self._lookup(MEMBERSHIP_TIER, start, (), start))
+        relation = TIER_WINDOW_RELATIONS[chain[-1].answer]
+        chain.append(self._lookup(relation, carrier, (carrier_step, len(chain) - 1), None))
+        reply = apply_op("refund_reply", [chain[-1].answer])
+        assert reply is not None
+        chain.append(Subtask("write", "policies", None, "refund_reply", (len(chain) - 1,), None, reply))
+        return tuple(chain), reply
 
     def _multihop(self, task_id: int, hops: int, rng: np.random.Generator) -> Task:
         kind = str(rng.choice(["person", "company", "city"], p=[0.6, 0.2, 0.2]))

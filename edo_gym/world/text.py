@@ -98,7 +98,7 @@ def similarity(a: str, b: str) -> float:
 
 
 class EntityLinker:
-    """Links free text to the closest known entity name (fuzzy, thresholded, memoised).
+    """Links free text to the closest known entity name (fuzzy, thresholded).
 
     :param names: canonical entity names.
     :param aliases: extra surface forms, mapping alias -> canonical name.
@@ -118,13 +118,9 @@ class EntityLinker:
         self._by_first: dict[str, list[str]] = {}
         for key in self._keys:
             self._by_first.setdefault(key[:1], []).append(key)
-        self._memo: dict[str, str | None] = {}
 
     def link(self, text: str) -> str | None:
         """The canonical entity ``text`` names, or ``None`` when nothing is similar enough."""
-        hit = self._memo.get(text)
-        if hit is not None or text in self._memo:
-            return hit
         norm = normalize(text)
         name = self.exact.get(norm)
         if name is None and norm:
@@ -137,9 +133,6 @@ class EntityLinker:
                 if score >= best_score:
                     best, best_score = key, score
             name = self.exact[best] if best is not None else None
-        if len(self._memo) > 200_000:
-            self._memo.clear()
-        self._memo[text] = name
         return name
 
 

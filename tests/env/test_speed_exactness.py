@@ -218,7 +218,7 @@ def test_envs_of_a_process_share_the_memos_and_step_as_alone() -> None:
     ua, ub = a.unwrapped, b.unwrapped
 
     def memos_of(u: Any) -> tuple[dict, ...]:
-        return u.backend._matches, u.backend._plan_texts, u.backend._gold_plans, u.caller._token_counts
+        return u.backend._matches, u.backend._gold_plans, u.caller._token_counts
 
     memos = memos_of(ua)
     assert all(x is y for x, y in zip(memos, memos_of(ub), strict=True))
