@@ -36,6 +36,12 @@ PLANNER_SYSTEM = (
 )
 PLAN_INSTRUCTION = "Decompose the task into steps."
 REPAIR_INSTRUCTION = "Your previous plan was invalid ({error}). Reply again with a valid plan."
+#: The instruction of a request that carries the results found so far (:func:`edo_gym.world.language.result_notes`); a
+#: new plan is executed from its first step.
+REPLAN_INSTRUCTION = (
+    "Decompose the task into steps. The inputs are results that earlier steps found: a step they show to be needed "
+    "belongs in the plan."
+)
 MAX_INSTRUCTION_CHARS = 600
 #: Longest instruction the plan schema admits: a step's instruction is one question or one operation (the longest the
 #: simulated planner writes is about 120 characters); a small model decoding under the schema otherwise can repeat

@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from edo_gym.agents.planner import PLAN_INSTRUCTION, PlanError, parse_plan, plan_to_json
+from edo_gym.agents.planner import PLAN_INSTRUCTION, REPLAN_INSTRUCTION, PlanError, parse_plan, plan_to_json
 from edo_gym.agents.protocol import LLMRequest, LLMResponse
 from edo_gym.config import DOMAINS, PLANNER_ERRORS, SUBTASK_TYPES, PlannerConfig, WorkerSpec
-from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, World
+from edo_gym.world.extra_step import has_extra_step, known_chain, reveals, scripted_subtasks, states_tier_rule
+from edo_gym.world.generator import CHAIN_RELATIONS, FINAL_RELATIONS, RELATIONS, TIER_WINDOW_RELATIONS, World
 from edo_gym.world.grading import durations
 from edo_gym.world.language import (
     compute_instruction,
@@ -49,6 +50,7 @@ from edo_gym.world.language import (
     parse_reply,
     question,
     reply_instruction,
+    tier_window_question,
 )
 from edo_gym.world.tasks import REPLY_TEMPLATE, Task, apply_op
 from edo_gym.world.text import ABSTAIN_TEXT, DRIFTS, answers_match, drift, first_number, normalize, similarity
@@ -164,7 +166,10 @@ class SimulatedBackend:
         # pure function of its key, and no draw depends on whether it hits, so they warm up together
         #: Per task text: its gold plan steps (as dicts) and the JSON reply of that plan unaltered (shared by the
         #: backends given the same ``tasks`` object, as the envs of one config are: the task pool's list).
-        self._gold_plans: dict[str, tuple[tuple[dict, ...], str]] = _shared_gold_plans(tasks)
+        self._gold_plans: dict[str | tuple[str, str], tuple[tuple[dict, ...], str]] = _shared_gold_plans(tasks)
+        #: Per task text of a task with an extra step (:mod:`edo_gym.world.extra_step`): the decomposition its text
+        #: asks for, which the planner writes until a result it is given shows the step.
+        self._scripts = {t.text: scripted_subtasks(t) for t in tasks if has_extra_step(t)}
         #: ``_matches`` by ``(relation, subject, documents)`` (see ``_read_fact``).
         self._matches: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = _MATCHES
 
@@ -314,10 +319,14 @@ class SimulatedBackend:
             return "INCORRECT: there is no answer."
         if spec.verdict_rate < 1.0 and rng.random() >= spec.verdict_rate:  # no draw at the default: runs unchanged
             return "UNSURE: I cannot tell."
+        reply_to = parse_reply(request.instruction)
+        if reply_to is not None and states_tier_rule(request.inputs[0] if request.inputs else reply_to):
+            # a reply to a window that is a rule, not a period: no reply can be right before the tier is known
+            return "INCORRECT: the refund window depends on the customer's membership tier, which is not known here."
         own = self.read(spec, request.instruction, request.inputs, request.documents, rng)
         if own.source in ("abstain", "guess"):
             return "UNSURE: I cannot check this against anything I know."
-        if parse_reply(request.instruction) is not None:  # a reply: does it state the window the verifier finds?
+        if reply_to is not None:  # a reply: does it state the window the verifier finds?
             said = durations(answer)
             agree = bool(said) and said == durations(own.text)
         else:
@@ -336,12 +345,13 @@ class SimulatedBackend:
             return "UNSURE: I do not understand the task."
         if spec.verdict_rate < 1.0 and rng.random() >= spec.verdict_rate:
             return "UNSURE: I cannot tell."
-        gold = self._gold_plans.get(request.task)
-        if gold is None:
-            gold_steps = tuple(_gold_step(s) for s in task.subtasks)
-            gold = self._gold_plans[request.task] = (gold_steps, plan_to_json([_render(s) for s in gold_steps]))
+        gold = self._gold_plan(request.task, task.subtasks)
         try:
-            right = parse_plan(request.inputs[0], MAX_PLAN_STEPS) == parse_plan(gold[1], MAX_PLAN_STEPS)
+            written = parse_plan(request.inputs[0], MAX_PLAN_STEPS)
+            right = written == parse_plan(gold[1], MAX_PLAN_STEPS)
+            script = self._scripts.get(request.task)
+            if script is not None and not right:  # read against the text, the plan it asks for is right too
+                right = written == parse_plan(self._gold_plan((request.task, "script"), script)[1], MAX_PLAN_STEPS)
         except PlanError:
             right = False
         if rng.random() >= spec.plan_critique_skill:
@@ -355,10 +365,17 @@ class SimulatedBackend:
         if task is None:
             steps = [{"type": "write", "domain": DOMAINS[0], "instruction": request.task, "inputs": []}]
             return LLMResponse(plan_to_json(steps), confidence=0.3)
-        gold = self._gold_plans.get(request.task)
-        if gold is None:
-            gold_steps = tuple(_gold_step(s) for s in task.subtasks)
-            gold = self._gold_plans[request.task] = (gold_steps, plan_to_json([_render(s) for s in gold_steps]))
+        script = self._scripts.get(request.task) if self._scripts else None
+        if script is None:
+            gold = self._gold_plan(request.task, task.subtasks)
+        elif not reveals(request.inputs):
+            # its text does not tell the step it needs: the plan the text asks for, until a result it is given shows it
+            gold = self._gold_plan((request.task, "script"), script)
+        else:  # the full plan, with the answers it was given to the lookups before the rule written in
+            steps = _reuse(
+                self._gold_plan(request.task, task.subtasks)[0], known_chain(task, request.inputs, self.world.linker().link)
+            )
+            gold = (steps, self._plan_json(list(steps)))
         # a list of the shared dicts: corruptions replace list items with new dicts, never change a dict in place
         steps = list(gold[0])
         error = None
@@ -369,9 +386,17 @@ class SimulatedBackend:
         mean = cfg.confidence_mean_faithful if faithful else cfg.confidence_mean_unfaithful
         confidence = float(min(1.0, max(0.0, rng.normal(mean, cfg.confidence_sd))))
         text = gold[1] if error is None else self._plan_json(steps)
-        if request.instruction == PLAN_INSTRUCTION and rng.random() < cfg.malformed_rate:
+        if request.instruction in _FIRST_ATTEMPTS and rng.random() < cfg.malformed_rate:
             text = "Here is the plan:\n" + text[: len(text) // 2]  # cut off mid-JSON
         return LLMResponse(text, confidence=confidence)
+
+    def _gold_plan(self, key: str | tuple[str, str], subtasks: Sequence) -> tuple[tuple[dict, ...], str]:
+        """The steps (as dicts) of the plan of ``subtasks`` and its JSON reply, memoised by ``key`` (a task text)."""
+        gold = self._gold_plans.get(key)
+        if gold is None:
+            gold_steps = tuple(_gold_step(s) for s in subtasks)
+            gold = self._gold_plans[key] = (gold_steps, plan_to_json([_render(s) for s in gold_steps]))
+        return gold
 
     def _plan_json(self, steps: list[dict]) -> str:
         """The planner reply that writes ``steps``."""
@@ -385,7 +410,12 @@ class SimulatedBackend:
             if candidates:
                 return _drop(steps, int(rng.choice(candidates))), error
         elif error == "merge":
-            candidates = [j for j in range(n - 1) if j in lookups and j + 1 in lookups and steps[j + 1]["deps"] == (j,)]
+            candidates = [
+                j
+                for j in range(n - 1)
+                if j in lookups and j + 1 in lookups and steps[j + 1]["deps"] == (j,)
+                and steps[j + 1]["relations"][0] not in _TIER_WINDOWS  # (a tier's window reads two inputs)
+            ]  # fmt: skip
             if candidates:
                 return _merge(steps, int(rng.choice(candidates))), error
         elif error == "reorder":
@@ -434,12 +464,16 @@ class SimulatedBackend:
         return steps, "mislabel"
 
 
+#: Instructions of a planner request's first attempt (a repair request is never cut off).
+_FIRST_ATTEMPTS = (PLAN_INSTRUCTION, REPLAN_INSTRUCTION)
+#: Tier-window relations (their step reads two inputs: the carrier and the tier).
+_TIER_WINDOWS = frozenset(TIER_WINDOW_RELATIONS.values())
 #: No exact and no near-duplicate match (``_matches`` of no documents).
 _NO_MATCHES: tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]] = ((), ())
 #: The process's memos shared by every ``SimulatedBackend`` (see ``SimulatedBackend.__init__``).
 _MATCHES: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = {}
 #: Gold-plan memos by ``id(tasks)``, each with the task sequence it belongs to (kept alive, so its id is not reused).
-_GOLD_PLANS: dict[int, tuple[Sequence[Task], dict[str, tuple[tuple[dict, ...], str]]]] = {}
+_GOLD_PLANS: dict[int, tuple[Sequence[Task], dict[str | tuple[str, str], tuple[tuple[dict, ...], str]]]] = {}
 #: Task sequences whose gold-plan memos are kept at once (more: the registry starts afresh; live backends keep theirs).
 GOLD_PLAN_SEQUENCES = 16
 
@@ -451,7 +485,7 @@ def _content_seed(request: LLMRequest) -> int:
     return zlib.crc32(text.encode())
 
 
-def _shared_gold_plans(tasks: Sequence[Task]) -> dict[str, tuple[tuple[dict, ...], str]]:
+def _shared_gold_plans(tasks: Sequence[Task]) -> dict[str | tuple[str, str], tuple[tuple[dict, ...], str]]:
     """The gold-plan memo of the backends built on ``tasks`` (this very object)."""
     entry = _GOLD_PLANS.get(id(tasks))
     if entry is None or entry[0] is not tasks:
@@ -501,7 +535,12 @@ def _gold_step(s) -> dict:
 
 def _render(s: dict) -> dict:
     refs = [f"{{{d + 1}}}" for d in s["deps"]]
-    if s["kind"] in ("lookup", "merged"):
+    if s["kind"] == "lookup" and s["relations"][0] in _TIER_WINDOWS:
+        # the carrier (a literal the planner reuses, or an input) and the tier (an input); without the tier's input, the
+        # general policy question (the planner never writes the tier itself)
+        carrier, tier = (s["literal"], refs[:1]) if s["literal"] is not None else (refs[0] if refs else "", refs[1:2])
+        instruction = tier_window_question(carrier, tier[0]) if tier else question(("refund_window",), carrier)
+    elif s["kind"] in ("lookup", "merged"):
         subject = refs[0] if s["deps"] else (s["literal"] or "")
         instruction = question(tuple(s["relations"]), subject)
     elif s["kind"] == "compute":
@@ -518,6 +557,24 @@ def _alternatives(relation: str, has_input: bool, last: bool) -> list[str]:
         return []
     pool = FINAL_RELATIONS if last else CHAIN_RELATIONS
     return [r for r in pool.get(rel.subject_kind, ()) if r != relation and (last or RELATIONS[r].value_kind == rel.value_kind)]
+
+
+def _reuse(steps: Sequence[dict], known: dict[int, str]) -> tuple[dict, ...]:
+    """``steps`` without the steps whose answers are ``known`` (by index): a step that read one of them has it as its
+    literal subject instead."""
+    index = {old: new for new, old in enumerate(i for i in range(len(steps)) if i not in known)}
+    out = []
+    for i, s in enumerate(steps):
+        if i in known:
+            continue
+        literal, deps = s["literal"], []
+        for d in s["deps"]:
+            if d in known:
+                literal = known[d]
+            else:
+                deps.append(index[d])
+        out.append({**s, "deps": tuple(deps), "literal": literal})
+    return tuple(out)
 
 
 def _reindex(steps: list[dict], mapping: dict[int, tuple[int, ...]]) -> list[dict]:

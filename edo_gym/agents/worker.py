@@ -427,9 +427,18 @@ def retrieval_query(label: str, instruction: str) -> str:
     return instruction if label == "lookup" else OP_QUERIES.get(label, instruction)
 
 
-def plan_request(task: str, instruction: str, output_format: str, seed: int, system: str, json_schema: str = "") -> LLMRequest:
-    """A planner request (see :mod:`edo_gym.agents.planner`); ``json_schema``: the plan schema a server may decode under."""
+def plan_request(
+    task: str,
+    instruction: str,
+    output_format: str,
+    seed: int,
+    system: str,
+    json_schema: str = "",
+    inputs: tuple[str, ...] = (),
+) -> LLMRequest:
+    """A planner request (see :mod:`edo_gym.agents.planner`); ``json_schema``: the plan schema a server may decode under;
+    ``inputs``: the results found so far that a replan request carries (:func:`edo_gym.agents.planner.result_notes`)."""
     return LLMRequest(
-        role="planner", agent="planner", system=system, task=task, instruction=instruction,
+        role="planner", agent="planner", system=system, task=task, instruction=instruction, inputs=inputs,
         output_format=output_format, max_tokens=512, seed=seed, json_schema=json_schema,
     )  # fmt: skip
