@@ -5,8 +5,10 @@
 - :mod:`edo_gym.deviations.drift`: during an episode a worker changes its output format or stops answering.
 
 The language deviation (many phrasings per relation, held-out ones in the test split) is drawn with the task
-texts, in :mod:`edo_gym.world.phrasing`. Every draw here is hidden: the observation shows the public profiles and what
-the episode has revealed; ``EDOEnv.hidden_state()["deviations"]`` tells the oracle and the tests.
+texts, in :mod:`edo_gym.world.phrasing`; plans that must change mid-way (a step no plan written from the task text
+holds, revealed by a result) with the tasks and the world, in :mod:`edo_gym.world.extra_step`. Every draw here is
+hidden: the observation shows the public profiles and what the episode has revealed;
+``EDOEnv.hidden_state()["deviations"]`` tells the oracle and the tests.
 """
 
 from edo_gym.deviations.drift import Drift, DriftingBackend, WorkerDownError, draw_drift, reformat

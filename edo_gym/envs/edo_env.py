@@ -21,6 +21,7 @@ from edo_gym.agents.planner import (
     PLAN_INSTRUCTION,
     PLANNER_SYSTEM,
     REPAIR_INSTRUCTION,
+    REPLAN_INSTRUCTION,
     Plan,
     PlanError,
     fallback_plan,
@@ -51,9 +52,10 @@ from edo_gym.envs.state import (
 from edo_gym.envs.viewer import draw_trace
 from edo_gym.retrieval import embedder as embedder_lib
 from edo_gym.retrieval.service import RetrievalService
+from edo_gym.world import extra_step
 from edo_gym.world.generator import World
 from edo_gym.world.grading import StepTruth, entity_index, execute_plan, grade_final, is_correct
-from edo_gym.world.language import fill, parse_question
+from edo_gym.world.language import fill, parse_question, result_notes
 from edo_gym.world.tasks import TaskPool
 from edo_gym.world.text import first_number
 
@@ -673,7 +675,7 @@ class EDOEnv(gym.Env):
         """Ask the planner again; the progress on the old plan is discarded."""
         ep = self._ep
         ep.replans += 1
-        reply = self._ask_planner(ep.task.text)
+        reply = self._ask_planner(ep.task.text, self._results_so_far())
         ep.call_retries += reply.retries
         ep.failed_calls += reply.failed_calls
         ep.call_status = reply.call_status
@@ -702,9 +704,10 @@ class EDOEnv(gym.Env):
         return ep
 
     # -- the planner --------------------------------------------------------------------------------------------
-    def _ask_planner(self, task_text: str) -> PlannerReply:
+    def _ask_planner(self, task_text: str, results: tuple[str, ...] = ()) -> PlannerReply:
         """Ask the planner for a plan (one repair attempt, then the fallback plan); every attempt is charged. With
-        ``PlannerConfig.mode == "rules"`` the plan is :func:`rule_plan`'s (the fallback plan where it has none), free."""
+        ``PlannerConfig.mode == "rules"`` the plan is :func:`rule_plan`'s (the fallback plan where it has none), free.
+        ``results``: what the episode found so far (:meth:`_results_so_far`), carried as the request's inputs."""
         total = CallCost()
         if self.config.planner.mode == "rules":
             plan = rule_plan(task_text) or fallback_plan(task_text)
@@ -713,10 +716,12 @@ class EDOEnv(gym.Env):
         attempts = retries = failed = 0
         call_error = ""
         for attempt in range(2):
-            instruction = PLAN_INSTRUCTION if attempt == 0 else REPAIR_INSTRUCTION.format(error=error)
+            first = REPLAN_INSTRUCTION if results else PLAN_INSTRUCTION
+            instruction = first if attempt == 0 else REPAIR_INSTRUCTION.format(error=error)
             request = plan_request(
-                task_text, instruction, PLAN_FORMAT, self._seed(), PLANNER_SYSTEM, plan_schema(self.config.max_subtasks)
-            )
+                task_text, instruction, PLAN_FORMAT, self._seed(), PLANNER_SYSTEM, plan_schema(self.config.max_subtasks),
+                results,
+            )  # fmt: skip
             response, outcome, cost = self.caller.call(request, PLANNER_SIZE)
             total.prompt_tokens += cost.prompt_tokens
             total.completion_tokens += cost.completion_tokens
@@ -737,6 +742,17 @@ class EDOEnv(gym.Env):
             return PlannerReply(plan, total, _planner_status(attempts, call_error, failed=False), retries, failed, None)
         status = _planner_status(attempts, call_error, failed=bool(call_error))
         return PlannerReply(fallback_plan(task_text), total, status, retries, failed, error)
+
+    def _results_so_far(self) -> tuple[str, ...]:
+        """What a replan request carries with the extra-step deviation on (:mod:`edo_gym.world.extra_step`): the
+        answers the episode's dispatches got, as written (:func:`result_notes`). None with it off: requests as before."""
+        if self.config.tasks.extra_step_rate <= 0:
+            return ()
+        return result_notes(
+            (e[3].instruction, e[3].text)
+            for e in self._ep.trace
+            if e[0] == "dispatch" and not e[3].failed and not e[3].abstained
+        )
 
     def _plan_state(self, plan: Plan, task_text: str) -> PlanState:
         """A fresh :class:`PlanState` for ``plan``, with the opt-in text features of the plan as written."""
@@ -1018,6 +1034,7 @@ class EDOEnv(gym.Env):
                     "onset": ep.drift.onset,
                     "active": ep.steps >= ep.drift.onset,
                 },
+                "extra_step": extra_step.hidden(ep.task, truth, self._results_so_far()),
             },
             "worker_skills": {
                 w.name: {
