@@ -17,10 +17,10 @@ nothing else (no env object, no task text, no worker skills), exactly what a lea
 - :class:`OraclePolicy` (``uses_hidden_state = True``): reads ``EDOEnv.hidden_state()`` (true step types and
   domains, correctness of each result, plan faithfulness, worker skills): an upper bound, not a deployable policy.
   It replans every plan that cannot yield the answer (unfaithful, or a step that reads a later one) or whose labels
-  would derail its execution, routes each step to the worker most likely to answer it, never pays for a
-  verification (it knows whether a result is right), retries a wrong result up to ``max_tries`` times (a greedy
-  worker, which answers the same request the same way, is asked each request once), and submits at once when the
-  answer can no longer be right.
+  would derail its execution (a plan that lacks a step only a result reveals: once that result is in), routes each
+  step to the worker most likely to answer it, never pays for a verification (it knows whether a result is right),
+  retries a wrong result up to ``max_tries`` times (a greedy worker, which answers the same request the same way, is
+  asked each request once), and submits at once when the answer can no longer be right.
 
 Interface: ``reset(obs, info)`` at episode start, ``act(obs, info) -> action``; a policy with
 ``uses_hidden_state`` implements ``act_hidden(obs, info, hidden)`` instead.
@@ -371,6 +371,11 @@ class OraclePolicy(HeuristicPolicy):
         # a plan that cannot yield the answer (unfaithful, or a step reading a later one) or whose labels would make its
         # execution go wrong (a lookup labelled otherwise is not entity-linked, and vice versa) is replanned at once
         doomed = not hidden["plan_faithful"]
+        # a plan that lacks a step no plan written from the task text holds (edo_gym.world.extra_step) is run up to
+        # the step whose answer shows it, then replanned: the planner can write the full plan only once it has seen it
+        extra = (hidden.get("deviations") or {}).get("extra_step")
+        if doomed and extra is not None and not extra["in_plan"] and not extra["revealed"]:
+            doomed = extra["reveal_step"] is None
         mislabelled = any(
             wrong and (kind in ("lookup", "merged")) != (step.label == "lookup")
             for wrong, kind, step in zip(hidden["label_wrong"], hidden["kinds"], v.steps, strict=False)
