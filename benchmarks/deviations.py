@@ -1,0 +1,145 @@
+"""Every hand-written policy and the oracle per deviation kind, on training-like and held-out tasks.
+
+For each deviation kind (none, ``phrasing``, ``team``, ``drift``, ``extra_step``, and all of them at once) the env is
+made with that kind at rate 1.0 (``extra_step``: every support task whose carrier has a tiered refund policy) and evaluated on two splits: ``train`` (training tasks, training phrasings and team draws) and
+``test`` (held-out tasks: held-out phrasings, team draws outside the training range). Each policy's drop from
+``train`` to ``test`` is reported, and the oracle's lead over the best observation-only policy on ``test``.
+
+Policies: the numeric heuristics (static pipeline, rule-based, greedy router), the validity probes
+(:data:`baselines.probes.PROBES`), the text-reading probes (:data:`baselines.probes.TEXT_PROBES`, on an env with
+``info_text=True``) and the oracle (reads ``hidden_state()``).
+
+Usage: ``python -m benchmarks.deviations [--tasks 300] [--seeds 0]``.
+Results: ``benchmarks/results/deviations.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import edo_gym  # noqa: E402, F401
+from baselines.evaluation import evaluate_heuristic  # noqa: E402
+from baselines.heuristics import make_heuristic  # noqa: E402
+from baselines.probes import PROBES, TEXT_PROBES  # noqa: E402
+from benchmarks.common import machine_line, write_results  # noqa: E402
+
+#: Env settings per deviation kind (each at rate 1.0).
+KINDS: dict[str, dict[str, Any]] = {
+    "none": {},
+    "phrasing": {"tasks_phrasing_rate": 1.0},
+    "team": {"deviations_team_rate": 1.0},
+    "drift": {"deviations_drift_rate": 1.0},
+    "extra_step": {"world_tiered_refunds": True, "tasks_extra_step_rate": 1.0},
+    "all": {
+        "tasks_phrasing_rate": 1.0,
+        "deviations_team_rate": 1.0,
+        "deviations_drift_rate": 1.0,
+        "world_tiered_refunds": True,
+        "tasks_extra_step_rate": 1.0,
+    },
+}
+HEURISTIC_ROWS = ("static_pipeline", "rule_based", "greedy_router")
+
+
+def _policies() -> list[str]:
+    return [*HEURISTIC_ROWS, *PROBES, *TEXT_PROBES, "oracle"]
+
+
+def _policy(name: str) -> Any:
+    if name in PROBES:
+        return PROBES[name]()
+    if name in TEXT_PROBES:
+        return TEXT_PROBES[name]()
+    return make_heuristic(name)
+
+
+def evaluate_kind(kind: str, split: str, n_tasks: int, seeds: list[int]) -> dict[str, dict[str, float]]:
+    """Success rate and mean return of every policy, averaged over ``seeds``, on ``n_tasks`` tasks of ``split``."""
+    env = gym.make("EDO-v0", tasks_split=split, info_text=True, **KINDS[kind])
+    ids = list(range(min(n_tasks, env.unwrapped.num_tasks)))
+    rows: dict[str, dict[str, float]] = {}
+    for name in _policies():
+        results = [evaluate_heuristic(_policy(name), env, ids, seed=seed) for seed in seeds]
+        rows[name] = {
+            "success": float(np.mean([r.success_rate for r in results])),
+            "return": float(np.mean([r.mean_return for r in results])),
+            "episodes": int(sum(r.episodes for r in results)),
+        }
+    env.close()
+    return rows
+
+
+def summarize(table: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[str, Any]:
+    """Per kind: each policy's drop from train to test, the best observation-only policy on test and the oracle's
+    lead over it (success and return)."""
+    out: dict[str, Any] = {}
+    for kind, splits in table.items():
+        test = splits["test"]
+        observable = {k: v for k, v in test.items() if k != "oracle"}
+        best = max(observable, key=lambda k: (observable[k]["success"], observable[k]["return"]))
+        out[kind] = {
+            "drop": {k: splits["train"][k]["success"] - test[k]["success"] for k in test},
+            "best_hand_written_on_test": best,
+            "oracle_lead_success": test["oracle"]["success"] - test[best]["success"],
+            "oracle_lead_return": test["oracle"]["return"] - test[best]["return"],
+        }
+    return out
+
+
+def markdown(table: dict[str, Any], summary: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = [
+        "# Policies per deviation kind, training-like and held-out tasks",
+        "",
+        f"`python -m benchmarks.deviations --tasks {args.tasks} --seeds {' '.join(map(str, args.seeds))}` "
+        f"({machine_line()}). Each kind at rate 1.0; success / mean return over {args.tasks} tasks per split and seed.",
+        "",
+    ]
+    policies = _policies()
+    header = "| policy | " + " | ".join(f"{k} train | {k} test | {k} drop" for k in table) + " |"
+    lines += [header, "|---|" + "---|" * (3 * len(table))]
+    for name in policies:
+        cells = []
+        for kind in table:
+            tr, te = table[kind]["train"][name], table[kind]["test"][name]
+            cells += [
+                f"{tr['success']:.3f} / {tr['return']:+.2f}",
+                f"{te['success']:.3f} / {te['return']:+.2f}",
+                f"{summary[kind]['drop'][name]:+.3f}",
+            ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "| kind | best hand-written on test | oracle lead, success | oracle lead, return |", "|---|---|---|---|"]
+    for kind, s in summary.items():
+        lines.append(
+            f"| {kind} | {s['best_hand_written_on_test']} | {s['oracle_lead_success']:+.3f} | {s['oracle_lead_return']:+.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=300, help="tasks per split (default 300)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="evaluation seeds (default 0)")
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS), help="deviation kinds")
+    args = parser.parse_args(argv)
+    if args.tasks < 1:
+        parser.error(f"--tasks must be >= 1, got {args.tasks}")
+    table = {
+        kind: {split: evaluate_kind(kind, split, args.tasks, args.seeds) for split in ("train", "test")} for kind in args.kinds
+    }
+    summary = summarize(table)
+    payload = {"tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary}
+    json_path, md_path = write_results("deviations", payload, markdown(table, summary, args))
+    print(markdown(table, summary, args))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
