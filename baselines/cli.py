@@ -228,9 +228,10 @@ def add_text_features_arg(p: argparse.ArgumentParser) -> None:
                    "orchestrator computes from the task and plan text it reads (a model must be evaluated with the same "
                    "setting; default: off)")  # fmt: skip
     p.add_argument("--plan-check", action=argparse.BooleanOptionalAction, default=None,
-                   help="make the env with plan_check=True: the observation adds step_check and plan_check, whether each "
-                   "written plan step is the one a rule-based planner writes from the task text (a model must be evaluated "
-                   "with the same setting; default: off)")  # fmt: skip
+                   help="PRIVILEGED, for diagnostics: make the env with plan_check=True: the observation adds step_check and "
+                   "plan_check, whether each written plan step is the one a rule-based planner writes from the task text (a "
+                   "free plan oracle where texts come from known templates; a model must be evaluated with the same "
+                   "setting; default: off)")  # fmt: skip
 
 
 def existing_outputs(model_path: Path) -> list[Path]:

@@ -619,9 +619,10 @@ class EDOConfig:
     #: Add what an orchestrator computes from the task and plan text it reads (``step_text``, ``plan_text``; see
     #: :func:`edo_gym.envs.observation.plan_text_features`). Off by default: it changes the observation space.
     text_features: bool = False
-    #: Add the plan check an orchestrator makes by reading the task and the plan (``step_check``, ``plan_check``; see
-    #: :func:`edo_gym.envs.observation.plan_check_features`): whether each written step is the one a rule-based planner
-    #: writes from the task text. Off by default: it changes the observation space.
+    #: PRIVILEGED, for diagnostics only (no headline figure, not in ``make train``): whether each written step is the
+    #: one a rule-based planner writes from the task text (``step_check``, ``plan_check``; see
+    #: :func:`edo_gym.envs.observation.plan_check_features`). Where task texts come from known templates this is a
+    #: free plan oracle, which no real orchestrator has; ``enable_plan_review`` is the paid, fallible plan check.
     plan_check: bool = False
     #: Put ``info["text"]``: the state as an LLM orchestrator's prompt (task, plan as written, results, budget, legal
     #: actions; no hidden state). Off by default: building it costs time on every step.

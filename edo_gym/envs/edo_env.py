@@ -198,6 +198,14 @@ class EDOEnv(gym.Env):
       ``WorkerSpec.verdict_rate``, ``greedy``, ``bare_window_rate``, ``verbosity``, ``prompt_token_scale``,
       ``RetrievalConfig.identifier_match``. An entity answer that names several entities is graded on those of the
       kind asked for; a multi-hop final answer may name the entity its last hop asks about.
+      Opt-in, off in every registered id (their trajectories are unchanged): the deviations from the script, each
+      behind its own rate (``TaskConfig.phrasing_rate``: task texts phrased from parts, held-out phrasings in the test
+      split; ``DeviationConfig.team_rate``: the episode's team drawn around the public profiles, held-out draws in the
+      test split; ``DeviationConfig.drift_rate``: a worker changes its output format or stops answering mid-episode;
+      ``WorldConfig.tiered_refunds`` with ``TaskConfig.extra_step_rate``: a refund window set by the customer's
+      membership tier, a step no plan written from the task text holds), and ``enable_plan_review`` (``verify_plan(w)``
+      actions and the ``plan_review`` observation key). ``plan_check=True`` is privileged: it compares the plan with a
+      rule-based planner's, a check a real orchestrator cannot make for free; it is for diagnostics only.
     - 0.2.0: one text-only LLM protocol; workers read the documents they retrieve; ``verify(w)`` is a charged call per
       worker; the planner makes shape-keeping errors; no hidden state in the observation or ``info``; answers
       normalised for real-model phrasing; ``info["anchor_key"]`` added.
@@ -993,7 +1001,9 @@ class EDOEnv(gym.Env):
         same request the same way at every call), ``gold_retrieved_by``
         (the workers whose own retrieval for the current step's question returns the document stating its answer;
         empty when the current step is not a single-hop lookup or under a retrieval ablation), ``memory_right_by``
-        (the workers whose simulated parametric memory holds the right value of the current single-hop lookup).
+        (the workers whose simulated parametric memory holds the right value of the current single-hop lookup),
+        ``deviations`` (the episode's team draw, missing shard domains, drawn prices, drift and extra step; see
+        :mod:`edo_gym.deviations` and :mod:`edo_gym.world.extra_step`).
         """
         ep = self._ep
         plan = ep.plan

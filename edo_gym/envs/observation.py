@@ -27,8 +27,8 @@ embedding dims):
   names and identifiers its instruction mentions that the task text does not, and the share of its longer words
   that the task text does not contain; ``plan_text`` ``(2,)``, the share of the task's names and identifiers that no
   step mentions, and the same for its longer words;
-- with ``EDOConfig.plan_check`` (off by default), the check a careful orchestrator makes by reading the task and the
-  plan (:func:`plan_check_features`): ``step_check`` ``(S,)``, 1 for a written step that is not the step a rule-based
+- with ``EDOConfig.plan_check`` (off by default; privileged, for diagnostics: where task texts come from known templates
+  it is a free plan oracle), the comparison of the plan with a rule-based planner's (:func:`plan_check_features`): ``step_check`` ``(S,)``, 1 for a written step that is not the step a rule-based
   planner writes from the task text at that position; ``plan_check`` ``(2,)``: the written plan differs from that
   plan, and the task text is of no form the rule-based planner reads (then ``step_check`` is all 0);
 - the pointer-free view (``EDOConfig.focus_view``, on by default since 0.4.0), the same facts at fixed positions so
