@@ -21,8 +21,14 @@ takes each memo in turn:
    ``off_over_on``: the memo-off arm's ratio to CartPole over the memo-on arm's. Reported: its median and range.
 
 ``off_over_on`` above 0.90 means the memo saves less than a tenth of a warm step's time in that setting.
-Each ``--together NAME ...`` adds one more A/B with those memos all disabled at once (what removing them all would
+A memo that sits behind another (reached only when the other misses) is never reached warm on its own, so it is also
+measured with the memo in front of it: the groups of :data:`LAYERS` by default, each an A/B with its memos all
+disabled at once. Each ``--together NAME ...`` replaces them with a group of one's own (what removing them all would
 cost); ``--memos`` with no name leaves out the memos one by one.
+
+Not covered: what is built once per world or setting and then looked up (``World.linker``,
+``grading.entity_index``, the planner's compiled readers, the env module's world and task-pool caches), the viewer's
+glyph cache (rendering only) and the disk caches (``tools/ab_search_cache.py``, ``benchmarks/env_throughput.py``).
 
 Usage: ``python -m tools.ab_memos [--rounds 5] [--steps 20000] [--warmup 100000] [--config default train]``.
 Results: ``tools/results/ab_memos.{json,md}`` (or ``--out-dir``).
@@ -93,14 +99,8 @@ def _retrievers(env: Any) -> list[Any]:
     return list({id(r): r for r in env.service.retrievers}.values())
 
 
-def _linkers(env: Any) -> list[Any]:
-    return list({id(linker): linker for linker in (env.linker, *env.world._linkers.values())}.values())
-
-
 MEMOS: tuple[Memo, ...] = (
     # the env
-    Memo("edo_gym/envs/state.py::plan_tables", "a plan's step tables (inputs, readers, placeholders, fresh subtask rows)",
-         function="edo_gym.envs.state:plan_tables"),
     Memo("edo_gym/envs/edo_env.py::_plan_features", "the text and plan-check features of a written plan",
          function="edo_gym.envs.edo_env:_plan_features"),
     Memo("edo_gym/envs/edo_env.py::EDOEnv._mask_memo", "building the action mask from the state it depends on",
@@ -108,39 +108,17 @@ MEMOS: tuple[Memo, ...] = (
     # the simulated team
     Memo("edo_gym/agents/simulator.py::_MATCHES", "parsing and name-matching a lookup's retrieved documents",
          attribute="_matches", owners=lambda env: [env.backend]),
-    Memo("edo_gym/agents/simulator.py::_PLAN_TEXTS", "rendering a corrupted plan's JSON reply",
-         attribute="_plan_texts", owners=lambda env: [env.backend]),
     Memo("edo_gym/agents/simulator.py::_shared_gold_plans", "building a task's gold plan and rendering its JSON reply",
          attribute="_gold_plans", owners=lambda env: [env.backend]),
     Memo("edo_gym/agents/worker.py::AgentCaller._token_counts", "a read of the service's token-count memo",
          attribute="_token_counts", owners=lambda env: [env.caller]),
-    Memo("edo_gym/agents/planner.py::parse_plan", "validating a planner reply against the plan schema",
-         function="edo_gym.agents.planner:parse_plan"),
     Memo("edo_gym/agents/planner.py::plan_schema", "writing the plan schema's JSON text for a planner request",
          function="edo_gym.agents.planner:plan_schema"),
-    Memo("edo_gym/agents/planner.py::rule_plan", "reading a task text into the rule-based plan",
-         function="edo_gym.agents.planner:rule_plan"),
-    Memo("edo_gym/agents/planner.py::_read_multihop", "matching a question against the training frames",
-         function="edo_gym.agents.planner:_read_multihop"),
-    Memo("edo_gym/agents/planner.py::_read_support", "matching a refund question against the training parts",
-         function="edo_gym.agents.planner:_read_support"),
-    Memo("edo_gym/agents/planner.py::_read_analytics", "matching a revenue question against the training parts",
-         function="edo_gym.agents.planner:_read_analytics"),
     # the world's language
     Memo("edo_gym/world/text.py::normalize", "the regex clean-up of a text", function="edo_gym.world.text:normalize"),
     Memo("edo_gym/world/text.py::similarity", "a difflib ratio of two names", function="edo_gym.world.text:similarity"),
-    Memo("edo_gym/world/text.py::EntityLinker._memo", "linking a text to an entity name (exact, then fuzzy)",
-         attribute="_memo", owners=_linkers),
     Memo("edo_gym/world/language.py::parse_question", "parsing a lookup question",
          function="edo_gym.world.language:parse_question"),
-    Memo("edo_gym/world/language.py::parse_compute", "parsing a compute instruction",
-         function="edo_gym.world.language:parse_compute"),
-    Memo("edo_gym/world/language.py::parse_reply", "parsing a reply instruction",
-         function="edo_gym.world.language:parse_reply"),
-    Memo("edo_gym/world/language.py::parse_document", "parsing a document's fact",
-         function="edo_gym.world.language:parse_document"),
-    Memo("edo_gym/world/grading.py::_gold_key", "reading a gold answer's key value",
-         function="edo_gym.world.grading:_gold_key"),
     # retrieval
     Memo("edo_gym/retrieval/caches.py::QueryEncoder.memo", "a query vector read from the run-time disk cache (or embedded)",
          attribute="memo", owners=lambda env: list(env.service.encoders), off_value="no_lru"),
@@ -152,6 +130,16 @@ MEMOS: tuple[Memo, ...] = (
          "whole-text token counts read from the run-time disk cache (or the tokenizer)",
          attribute="piece_tokens", owners=lambda env: [env.service], off_value="none"),
 )  # fmt: skip
+
+
+#: Memos behind another, each group measured at once (the first memo is the one in front): the token counts of a text
+#: (the caller's dict, then the service's LRU memo, then the piece counts), and a search (its results, then the query
+#: vector).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("AgentCaller._token_counts", "RetrievalService.token_memo"),
+    ("AgentCaller._token_counts", "RetrievalService.token_memo", "RetrievalService.piece_tokens"),
+    ("ShardRetriever.memo", "QueryEncoder.memo"),
+)
 
 
 class NeverStores(dict):
@@ -413,11 +401,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", nargs="+", choices=sorted(CONFIGS), default=["default", "train"])
     parser.add_argument("--memos", nargs="*", metavar="NAME", help="memos to measure one by one (default: all), by the "
                         "name after '::' (plan_tables, EDOEnv._mask_memo, ...)")  # fmt: skip
-    parser.add_argument("--together", nargs="+", action="append", metavar="NAME", default=[],
-                        help="also disable these all at once (repeatable: one A/B per group)")  # fmt: skip
+    parser.add_argument("--together", nargs="+", action="append", metavar="NAME",
+                        help="also disable these all at once (repeatable: one A/B per group; default: the groups of "
+                        "LAYERS)")  # fmt: skip
     parser.add_argument("--out-dir", type=Path, default=RESULTS, help="where to write the results (default: tools/results)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.together is None:
+        args.together = [list(group) for group in LAYERS]
     check_counts(parser, args, positive=("rounds", "steps", "cartpole_steps", "check_steps"), non_negative=("warmup",))
     known = [memo.short for memo in MEMOS]
     for name in [*(args.memos or []), *(name for group in args.together for name in group)]:
