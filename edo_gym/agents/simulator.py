@@ -162,14 +162,11 @@ class SimulatedBackend:
             for w in workers
         }
         self.calls = 0
-        # The memos below are shared with the other backends of this process (the envs of a vector env): each is a
-        # pure function of its key, and no draw depends on whether it hits, so they warm up together
-        #: Per task text: its gold plan steps (as dicts) and the JSON reply of that plan unaltered (shared by the
-        #: backends given the same ``tasks`` object, as the envs of one config are: the task pool's list).
-        self._gold_plans: dict[str | tuple[str, str], tuple[tuple[dict, ...], str]] = _shared_gold_plans(tasks)
         #: Per task text of a task with an extra step (:mod:`edo_gym.world.extra_step`): the decomposition its text
         #: asks for, which the planner writes until a result it is given shows the step.
         self._scripts = {t.text: scripted_subtasks(t) for t in tasks if has_extra_step(t)}
+        # The matches memo is shared with the other backends of this process (the envs of a vector env): a pure
+        # function of its key, and no draw depends on whether it hits, so they warm it up together.
         #: ``_matches`` by ``(relation, subject, documents)`` (see ``_read_fact``).
         self._matches: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = _MATCHES
 
@@ -345,13 +342,13 @@ class SimulatedBackend:
             return "UNSURE: I do not understand the task."
         if spec.verdict_rate < 1.0 and rng.random() >= spec.verdict_rate:
             return "UNSURE: I cannot tell."
-        gold = self._gold_plan(request.task, task.subtasks)
+        gold = self._gold_plan(task.subtasks)
         try:
             written = parse_plan(request.inputs[0], MAX_PLAN_STEPS)
             right = written == parse_plan(gold[1], MAX_PLAN_STEPS)
             script = self._scripts.get(request.task)
             if script is not None and not right:  # read against the text, the plan it asks for is right too
-                right = written == parse_plan(self._gold_plan((request.task, "script"), script)[1], MAX_PLAN_STEPS)
+                right = written == parse_plan(self._gold_plan(script)[1], MAX_PLAN_STEPS)
         except PlanError:
             right = False
         if rng.random() >= spec.plan_critique_skill:
@@ -367,16 +364,14 @@ class SimulatedBackend:
             return LLMResponse(plan_to_json(steps), confidence=0.3)
         script = self._scripts.get(request.task) if self._scripts else None
         if script is None:
-            gold = self._gold_plan(request.task, task.subtasks)
+            gold = self._gold_plan(task.subtasks)
         elif not reveals(request.inputs):
             # its text does not tell the step it needs: the plan the text asks for, until a result it is given shows it
-            gold = self._gold_plan((request.task, "script"), script)
+            gold = self._gold_plan(script)
         else:  # the full plan, with the answers it was given to the lookups before the rule written in
-            steps = _reuse(
-                self._gold_plan(request.task, task.subtasks)[0], known_chain(task, request.inputs, self.world.linker().link)
-            )
+            steps = _reuse(self._gold_plan(task.subtasks)[0], known_chain(task, request.inputs, self.world.linker().link))
             gold = (steps, self._plan_json(list(steps)))
-        # a list of the shared dicts: corruptions replace list items with new dicts, never change a dict in place
+        # corruptions replace list items with new dicts, never change a dict in place
         steps = list(gold[0])
         error = None
         if rng.random() < cfg.error_rate:
@@ -390,13 +385,10 @@ class SimulatedBackend:
             text = "Here is the plan:\n" + text[: len(text) // 2]  # cut off mid-JSON
         return LLMResponse(text, confidence=confidence)
 
-    def _gold_plan(self, key: str | tuple[str, str], subtasks: Sequence) -> tuple[tuple[dict, ...], str]:
-        """The steps (as dicts) of the plan of ``subtasks`` and its JSON reply, memoised by ``key`` (a task text)."""
-        gold = self._gold_plans.get(key)
-        if gold is None:
-            gold_steps = tuple(_gold_step(s) for s in subtasks)
-            gold = self._gold_plans[key] = (gold_steps, plan_to_json([_render(s) for s in gold_steps]))
-        return gold
+    def _gold_plan(self, subtasks: Sequence) -> tuple[tuple[dict, ...], str]:
+        """The steps (as dicts) of the plan of ``subtasks`` and its JSON reply."""
+        gold_steps = tuple(_gold_step(s) for s in subtasks)
+        return gold_steps, plan_to_json([_render(s) for s in gold_steps])
 
     def _plan_json(self, steps: list[dict]) -> str:
         """The planner reply that writes ``steps``."""
@@ -470,12 +462,8 @@ _FIRST_ATTEMPTS = (PLAN_INSTRUCTION, REPLAN_INSTRUCTION)
 _TIER_WINDOWS = frozenset(TIER_WINDOW_RELATIONS.values())
 #: No exact and no near-duplicate match (``_matches`` of no documents).
 _NO_MATCHES: tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]] = ((), ())
-#: The process's memos shared by every ``SimulatedBackend`` (see ``SimulatedBackend.__init__``).
+#: The process's matches memo, shared by every ``SimulatedBackend`` (see ``SimulatedBackend.__init__``).
 _MATCHES: dict[tuple, tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str], ...]]] = {}
-#: Gold-plan memos by ``id(tasks)``, each with the task sequence it belongs to (kept alive, so its id is not reused).
-_GOLD_PLANS: dict[int, tuple[Sequence[Task], dict[str | tuple[str, str], tuple[tuple[dict, ...], str]]]] = {}
-#: Task sequences whose gold-plan memos are kept at once (more: the registry starts afresh; live backends keep theirs).
-GOLD_PLAN_SEQUENCES = 16
 
 
 def _content_seed(request: LLMRequest) -> int:
@@ -483,16 +471,6 @@ def _content_seed(request: LLMRequest) -> int:
     text = "\x1f".join((request.role, request.agent, request.instruction, *request.inputs, "\x1e", *request.documents,
                         "\x1e", request.answer))  # fmt: skip
     return zlib.crc32(text.encode())
-
-
-def _shared_gold_plans(tasks: Sequence[Task]) -> dict[str | tuple[str, str], tuple[tuple[dict, ...], str]]:
-    """The gold-plan memo of the backends built on ``tasks`` (this very object)."""
-    entry = _GOLD_PLANS.get(id(tasks))
-    if entry is None or entry[0] is not tasks:
-        if len(_GOLD_PLANS) >= GOLD_PLAN_SEQUENCES:
-            _GOLD_PLANS.clear()
-        entry = _GOLD_PLANS[id(tasks)] = (tasks, {})
-    return entry[1]
 
 
 #: Most ``(relation, subject, documents)`` keys ``SimulatedBackend`` memoises the matches of (then it starts afresh).

@@ -3,8 +3,8 @@
 - every observation (subtask rows kept up to date row by row, worker cells updated with each count, the pointer-free
   view kept with each dispatch, verdict and rollback) equals the
   straightforward full recomputation below, step after step, over seeded random trajectories with illegal actions, verifications, rollbacks, replans;
-- the simulator's memoised gold plans are never altered by the corruptions drawn from them: a backend that has
-  answered many planner calls answers exactly as a fresh one;
+- a simulated backend that has answered many planner calls (corrupting plans drawn from the gold ones) answers
+  exactly as a fresh one;
 - a short seeded run of EDO-v0 hashes to a stored digest (observations, rewards, flags and ``info``): any non-exact
   change to a transition shows up here;
 - longer seeded runs (5,000 steps of EDO-v0, and runs with non-default options, a six-worker team, backend faults
@@ -189,17 +189,15 @@ def test_incremental_observation_equals_a_full_recomputation(kwargs: dict[str, A
     assert expected <= kinds
 
 
-def test_memoised_gold_plans_are_not_altered_by_corruptions() -> None:
+def test_a_backend_answers_planner_calls_as_a_fresh_one() -> None:
     env = gym.make("EDO-v0").unwrapped
     used = env.backend
-    # backends on a copy of the task list: a gold-plan memo of their own (the envs of one config share one), empty
     fresh = SimulatedBackend(env.world, env.config.workers, env.config.planner, list(env.pool.tasks))
-    assert fresh._gold_plans is not used._gold_plans and not fresh._gold_plans
     tasks = env.pool.tasks[:40]
     requests = [
         plan_request(task.text, PLAN_INSTRUCTION, PLAN_FORMAT, seed, PLANNER_SYSTEM) for task in tasks for seed in range(25)
     ]
-    first = [used.complete(r) for r in requests]  # fills the memo, and corrupts plans drawn from it
+    first = [used.complete(r) for r in requests]  # corrupts plans drawn from the gold ones
     again = [used.complete(r) for r in requests]
     from_fresh = [
         SimulatedBackend(env.world, env.config.workers, env.config.planner, list(env.pool.tasks)).complete(r)
@@ -211,18 +209,17 @@ def test_memoised_gold_plans_are_not_altered_by_corruptions() -> None:
 
 
 def test_envs_of_a_process_share_the_memos_and_step_as_alone() -> None:
-    """The simulator's memos and the callers' token counts are shared by the envs of one process (the envs of a vector
-    env warm them up together). Each is a pure function of its key, so an env steps as it would alone: a seeded run
-    after another env has filled them equals the same run on emptied memos."""
+    """The simulator's matches memo and the callers' token counts are shared by the envs of one process (the envs of a
+    vector env warm them up together). Each is a pure function of its key, so an env steps as it would alone: a seeded
+    run after another env has filled them equals the same run on emptied memos."""
     a, b = gym.make("EDO-v0"), gym.make("EDO-v0")
     ua, ub = a.unwrapped, b.unwrapped
 
     def memos_of(u: Any) -> tuple[dict, ...]:
-        return u.backend._matches, u.backend._gold_plans, u.caller._token_counts
+        return u.backend._matches, u.caller._token_counts
 
     memos = memos_of(ua)
     assert all(x is y for x, y in zip(memos, memos_of(ub), strict=True))
-    assert gym.make("EDO-Hard-v0").unwrapped.backend._gold_plans is not ua.backend._gold_plans  # other tasks
     _run_digest(b, 3000, rng_seed=5, reset_seed=11)
     assert all(len(memo) > 0 for memo in memos)
     warm = _run_digest(a, 600, rng_seed=9, reset_seed=3)
