@@ -108,8 +108,6 @@ MEMOS: tuple[Memo, ...] = (
     # the simulated team
     Memo("edo_gym/agents/simulator.py::_MATCHES", "parsing and name-matching a lookup's retrieved documents",
          attribute="_matches", owners=lambda env: [env.backend]),
-    Memo("edo_gym/agents/simulator.py::_shared_gold_plans", "building a task's gold plan and rendering its JSON reply",
-         attribute="_gold_plans", owners=lambda env: [env.backend]),
     Memo("edo_gym/agents/worker.py::AgentCaller._token_counts", "a read of the service's token-count memo",
          attribute="_token_counts", owners=lambda env: [env.caller]),
     Memo("edo_gym/agents/planner.py::plan_schema", "writing the plan schema's JSON text for a planner request",
