@@ -28,7 +28,7 @@ from edo_gym.agents.protocol import ROLES, LLMBackend, LLMRequest, LLMResponse
 from edo_gym.agents.simulator import SimulatedBackend
 from edo_gym.config import EDOConfig
 from edo_gym.envs import observation as obs_lib
-from edo_gym.envs.edo_env import PLANNER_PRICE, _task_pool, _world
+from edo_gym.envs.edo_env import PLANNER_PRICE, shared_task_pool, shared_world
 
 #: Garbage replies (not a valid ``LLMResponse``), each built from a real reply ``r``.
 GARBAGE: dict[str, Callable[[LLMResponse], Any]] = {
@@ -174,8 +174,8 @@ class FaultyBackend:
 
 def simulated_backend(config: EDOConfig) -> SimulatedBackend:
     """The ``SimulatedBackend`` an ``EDOEnv`` with ``config`` builds for itself (same world, team, planner, tasks)."""
-    world = _world(config.world)
-    return SimulatedBackend(world, config.workers, config.planner, _task_pool(config.world, config.tasks).tasks)
+    world = shared_world(config.world)
+    return SimulatedBackend(world, config.workers, config.planner, shared_task_pool(config.world, config.tasks).tasks)
 
 
 class FailingRetriever:

@@ -62,9 +62,8 @@ def test_the_edo_script_has_the_env_and_the_training_commands():
 
 #: The packages whose modules import one another: the env, the algorithms, the benchmarks, the developer tools, the tests.
 PACKAGES = ("edo_gym", "baselines", "benchmarks", "tools", "tests")
-#: Private names a test may import from another module, with the reason: ``edo_env``'s cached builders of the world
-#: and the task pool, which the tests use to build the env's world without an env.
-PRIVATE_IMPORTS_ALLOWED = {("edo_gym.envs.edo_env", "_world"), ("edo_gym.envs.edo_env", "_task_pool")}
+#: Private names a test may import from another module, with the reason (none at present).
+PRIVATE_IMPORTS_ALLOWED: set[tuple[str, str]] = set()
 SYS_PATH_CHANGE = re.compile(r"\bsys\.path\s*(?:\.\s*(?:insert|append|extend|remove)\s*\(|\[[^\]]*\]\s*=|\+?=(?!=))")
 
 

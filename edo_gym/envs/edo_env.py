@@ -69,13 +69,15 @@ PLANNER_SIZE = "medium"
 
 
 @functools.lru_cache(maxsize=8)
-def _world(config: WorldConfig) -> World:
+def shared_world(config: WorldConfig) -> World:
+    """The world of ``config``, built once per process (the envs of a process share it; it is never changed)."""
     return World(config)
 
 
 @functools.lru_cache(maxsize=32)
-def _task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
-    return TaskPool(_world(world_config), task_config)
+def shared_task_pool(world_config: WorldConfig, task_config: TaskConfig) -> TaskPool:
+    """The task pool of ``task_config`` over that world, built once per process."""
+    return TaskPool(shared_world(world_config), task_config)
 
 
 @functools.lru_cache(maxsize=20_000)
@@ -229,8 +231,8 @@ class EDOEnv(gym.Env):
             raise TypeError(f"backend must implement LLMBackend (a complete(request) method), got {type(backend).__name__}")
         self.render_mode = render_mode
         # the world, its tasks and the team
-        self.world = _world(cfg.world)
-        self.pool = _task_pool(cfg.world, cfg.tasks)
+        self.world = shared_world(cfg.world)
+        self.pool = shared_task_pool(cfg.world, cfg.tasks)
         self.num_tasks = int(len(self.pool.ids))
         task_texts = [t.text for t in self.pool.tasks]
         # the task texts are embedded (on a cold cache) in one go with the corpus and the canonical queries

@@ -869,7 +869,15 @@ def test_train_throughput_measures_make_trains_arguments():
     assert recipe, "Makefile has no train target"
     words = recipe.group(1).replace("\\\n", " ").split()
     words = words[words.index("train") + 1 :]
-    ignored = {"--timesteps", "--output-dir", "--tensorboard-dir", "--eval-episodes", "--no-progress", "--overwrite", "$(TRAIN_ARGS)"}
+    ignored = {
+        "--timesteps",
+        "--output-dir",
+        "--tensorboard-dir",
+        "--eval-episodes",
+        "--no-progress",
+        "--overwrite",
+        "$(TRAIN_ARGS)",
+    }
     make_train = {tuple(span) for span in option_spans(words) if span[0] not in ignored}
     measured = {tuple(span) for span in option_spans(TRAIN_ARGS) if span[0] not in ignored}
     assert make_train == measured and ("--text-features",) in measured

@@ -204,4 +204,4 @@ def test_the_reset_observation_does_not_tell_whether_a_deviation_was_drawn():
         assert 0.2 < y.mean() < 0.8
         p = cross_val_predict(LogisticRegression(max_iter=2000), x, y, cv=5, method="predict_proba")[:, 1]
         assert roc_auc_score(y, p) < 0.8
-    assert O.WORKER_FEATURES == env.observation_space["workers"].shape[1]
+    assert env.observation_space["workers"].shape[1] == O.WORKER_FEATURES

@@ -159,14 +159,14 @@ def _search_in_forked_child(queue, queries) -> None:
     try:
         import edo_gym.retrieval.service as service_mod
         from edo_gym.config import RetrievalConfig, WorldConfig, default_workers
-        from edo_gym.envs.edo_env import _world
+        from edo_gym.envs.edo_env import shared_world
 
         parent = next(iter(service_mod.RetrievalService._registry.values()))
         service_mod.Embedder = lambda model="default", **kw: parent.embedders[0]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             service = service_mod.RetrievalService.get(
-                _world(WorldConfig()), RetrievalConfig(), [w.shard for w in default_workers()]
+                shared_world(WorldConfig()), RetrievalConfig(), [w.shard for w in default_workers()]
             )
         results = [[r.search(q, 3) for r in service.retrievers] for q in queries]
         kinds = [w.category.__name__ for w in caught]
@@ -178,10 +178,10 @@ def _search_in_forked_child(queue, queries) -> None:
 @pytest.mark.timeout(120)
 def test_a_process_forked_after_chromadb_started_searches_exactly_instead_of_hanging():
     from edo_gym.config import RetrievalConfig, WorldConfig, default_workers
-    from edo_gym.envs.edo_env import _world
+    from edo_gym.envs.edo_env import shared_world
     from edo_gym.retrieval.service import RetrievalService
 
-    world = _world(WorldConfig())
+    world = shared_world(WorldConfig())
     parent = RetrievalService.get(world, RetrievalConfig(), [w.shard for w in default_workers()])
     assert parent.search_backend == "chromadb"  # chromadb has started in this process
     queries = world.canonical_queries()[::40]
@@ -217,12 +217,12 @@ def _index_build_misses(worker_names: set[str], relations: set[str] | None, buil
     query (of ``relations``, or all).
     """
     from edo_gym.config import RetrievalConfig, WorldConfig
-    from edo_gym.envs.edo_env import _world
+    from edo_gym.envs.edo_env import shared_world
     from edo_gym.retrieval.backends import build_collection, chroma_client
     from edo_gym.retrieval.search import ShardRetriever
     from edo_gym.retrieval.service import RetrievalService
 
-    world = _world(WorldConfig())
+    world = shared_world(WorldConfig())
     workers = default_workers()
     service = RetrievalService.get(world, RetrievalConfig(), [w.shard for w in workers])
     encoder = service.encoders[0]

@@ -49,7 +49,7 @@ from edo_gym.config import (
     WorldConfig,
     default_workers,
 )
-from edo_gym.envs.edo_env import EDOEnv, _world
+from edo_gym.envs.edo_env import EDOEnv, shared_world
 from edo_gym.retrieval.service import RetrievalService
 from tests.reliability_helpers import EpisodeChecker, FailingRetriever, FaultyBackend, simulated_backend
 
@@ -60,7 +60,7 @@ SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, He
 @pytest.fixture(scope="module")
 def env_setup(tmp_path_factory):
     """The default world's service; a temporary cache dir seeded with its corpus/query files; a shared model."""
-    world = _world(WorldConfig())
+    world = shared_world(WorldConfig())
     default = RetrievalService.get(world, RetrievalConfig(), [w.shard for w in DEFAULT_WORKERS])
     cache_dir = tmp_path_factory.mktemp("edo_cache")
     for f in Path(default.cache.directory).glob("*.npz"):

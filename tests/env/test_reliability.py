@@ -37,7 +37,7 @@ from edo_gym.agents.protocol import LLMResponse
 from edo_gym.agents.worker import LATENCY_MODEL, AgentCaller
 from edo_gym.config import EDOConfig, RetrievalConfig, TaskConfig, WorldConfig, default_workers
 from edo_gym.envs import observation as obs_lib
-from edo_gym.envs.edo_env import PLANNER_SIZE, EDOEnv, _world
+from edo_gym.envs.edo_env import PLANNER_SIZE, EDOEnv, shared_world
 from edo_gym.retrieval.cache import CacheWarning, EmbeddingCache, texts_hash
 from edo_gym.retrieval.search import ShardRetriever
 from edo_gym.retrieval.service import RetrievalService
@@ -62,7 +62,7 @@ BAD_PLANS = sorted(name for name in BAD_TEXTS if name != "no_verdict")
 
 @pytest.fixture(scope="module")
 def world():
-    return _world(WorldConfig())
+    return shared_world(WorldConfig())
 
 
 @pytest.fixture(scope="module")
@@ -986,7 +986,7 @@ _KILLED_BUILD = textwrap.dedent(
     import chromadb.api.models.Collection as C
     import edo_gym.retrieval.service as service
     from edo_gym.config import RetrievalConfig, WorldConfig, default_workers
-    from edo_gym.envs.edo_env import _world
+    from edo_gym.envs.edo_env import shared_world
     from edo_gym.retrieval.embedder import resolve_model
 
     class StubEmbedder:  # the corpus vectors come from the cache; no model needed to build collections
@@ -1011,7 +1011,7 @@ _KILLED_BUILD = textwrap.dedent(
         print("ADDED", self.name, self.count(), flush=True)
         time.sleep(600)
     C.Collection.add = slow_add
-    service.RetrievalService(_world(WorldConfig()), RetrievalConfig(cache_dir=sys.argv[2], chroma_dir=sys.argv[1]),
+    service.RetrievalService(shared_world(WorldConfig()), RetrievalConfig(cache_dir=sys.argv[2], chroma_dir=sys.argv[1]),
                            [w.shard for w in default_workers()])
     """
 )

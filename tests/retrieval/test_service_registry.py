@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from edo_gym.config import RetrievalConfig, WorldConfig, default_workers
-from edo_gym.envs.edo_env import _world
+from edo_gym.envs.edo_env import shared_world
 from edo_gym.retrieval import RetrievalService
 
 #: A valid value other than the default for each field of ``RetrievalConfig``.
@@ -42,7 +42,7 @@ SHARDS = [w.shard for w in default_workers()]
 
 @pytest.fixture
 def world(small_world_kwargs):
-    return _world(WorldConfig(**small_world_kwargs["world"]))
+    return shared_world(WorldConfig(**small_world_kwargs["world"]))
 
 
 @pytest.mark.parametrize("name", [f.name for f in fields(RetrievalConfig)])
