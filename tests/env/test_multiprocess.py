@@ -37,6 +37,7 @@ import pytest
 
 import edo_gym  # noqa: F401  (registers EDO-v0)
 from edo_gym.config import default_workers
+from edo_gym.retrieval import backends
 from edo_gym.retrieval.cache import CacheWarning, EmbeddingCache, texts_hash
 from tests.reliability_helpers import det_vectors
 
@@ -183,7 +184,11 @@ def test_a_process_forked_after_chromadb_started_searches_exactly_instead_of_han
 
     world = shared_world(WorldConfig())
     parent = RetrievalService.get(world, RetrievalConfig(), [w.shard for w in default_workers()])
-    assert parent.search_backend == "chromadb"  # chromadb has started in this process
+    # a query no cache holds is searched in the index: chromadb starts in this process (searches of prepared queries
+    # may all be answered by the run-time cache, which starts nothing)
+    for retriever in parent.retrievers:
+        retriever.search(f"a question no process asked before {os.getpid()} {time.time()}", 3)
+    assert parent.search_backend == "chromadb" and backends.chroma_usable() and os.getpid() == backends._CHROMA_PID
     queries = world.canonical_queries()[::40]
     expected = [[r.search(q, 3) for r in parent.retrievers] for q in queries]
     by_domain = world.documents_by_domain()
