@@ -8,8 +8,8 @@ piece -> token count memo by ``None`` (the service then counts whole texts, its 
 not sums of pieces). Each arm is put back exactly as it was.
 
 For each env setting (``--config``: ``default``, EDO-v0 as ``make throughput`` steps it; ``train``, EDO-v0 with
-``make train``'s ``text_features`` and ``plan_check``), one process of this checkout's code runs on a temporary cache
-directory prepared as ``edo prepare`` leaves it. It warms up with ``--warmup`` random legal steps (all memos on), then
+``make train``'s ``text_features``), one process of this checkout's code runs on a temporary cache directory prepared
+as ``edo prepare`` leaves it. It warms up with ``--warmup`` random legal steps (all memos on), then
 takes each memo in turn:
 
 1. an untimed check: ``--check-steps`` steps from one seed with the memo on (its lookups and hits counted), then the
@@ -68,7 +68,7 @@ from benchmarks.common import (  # noqa: E402
 from benchmarks.train_throughput import prepare_cache  # noqa: E402
 
 #: ``gym.make("EDO-v0", ...)`` kwargs of each setting.
-CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "train": {"text_features": True, "plan_check": True}}
+CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "train": {"text_features": True}}
 #: Below this median ``off_over_on`` a memo saves at least a tenth of a warm step.
 PAYS_BELOW = 0.90
 
@@ -363,7 +363,7 @@ def _markdown(rows: list[dict[str, Any]], command: str, machine: str, load: floa
         "",
         f"Machine: {machine}. Command: `{command}`. Load average at start {load:.1f}.",
         "",
-        "One process per setting (`default`: EDO-v0; `train`: with `make train`'s `text_features` and `plan_check`), on "
+        "One process per setting (`default`: EDO-v0; `train`: with `make train`'s `text_features`), on "
         "a cache directory prepared as `edo prepare` leaves it, warmed up with all memos on. Per memo: the memo on and "
         "disabled in alternated rounds (process CPU time); each arm's steps/s over CartPole-v1's in the same turn; "
         "off / on is the disabled arm's ratio over the memo-on arm's in the same round (median, and range over the "
