@@ -25,14 +25,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import edo_gym  # noqa: E402, F401
 from benchmarks.common import machine_line, write_results  # noqa: E402
+from benchmarks.deviations import KINDS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
+#: The deviation kinds of ``benchmarks.deviations`` (each at rate 1.0), less their sum, and the paid plan check.
 ARMS: dict[str, dict[str, Any]] = {
-    "none": {},
-    "phrasing": {"tasks_phrasing_rate": 1.0},
-    "team": {"deviations_team_rate": 1.0},
-    "drift": {"deviations_drift_rate": 1.0},
-    "extra_step": {"world_tiered_refunds": True, "tasks_extra_step_rate": 1.0},
+    **{kind: kwargs for kind, kwargs in KINDS.items() if kind != "all"},
     "plan_review": {"enable_plan_review": True},
 }
 
