@@ -7,7 +7,7 @@ PREPARED := $(VENV)/.prepared
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo demo-llm prepare train test test-all test-compat wheel-check lint format bench bench-quick bench-smoke bench-ray bench-tune throughput validity clean
+.PHONY: install demo demo-llm prepare train test test-all test-compat wheel-check lint format bench bench-quick bench-smoke bench-ray bench-tune throughput validity deviations clean
 
 # setup.cfg states compatible version ranges; constraints.txt pins the exact versions installed here.
 $(STAMP): setup.cfg pyproject.toml constraints.txt
@@ -120,6 +120,9 @@ format: $(STAMP)
 
 validity: $(STAMP)  ## does EDO-v0 measure what it claims? probes vs oracle, causal ablations, leak AUCs (~5 min)
 	$(BIN)/python -m benchmarks.env_validity
+
+deviations: $(STAMP)  ## every hand-written policy and the oracle per deviation kind, training-like and held-out tasks
+	$(BIN)/python -m benchmarks.deviations --seeds 0 1 2
 
 throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval latency (default, then static encoder)
 	$(BIN)/python -m benchmarks.env_throughput
