@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=300, help="tasks per split (default 300)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="evaluation seeds (default 0)")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS), help="deviation kinds")
+    parser.add_argument("--out-dir", type=Path, default=None, help="where the results go (default: benchmarks/results)")
     args = parser.parse_args(argv)
     if args.tasks < 1:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     summary = summarize(table)
     payload = {"tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary}
-    json_path, md_path = write_results("deviations", payload, markdown(table, summary, args))
+    json_path, md_path = write_results("deviations", payload, markdown(table, summary, args), out_dir=args.out_dir)
     print(markdown(table, summary, args))
     print(f"wrote {json_path} and {md_path}")
     return 0

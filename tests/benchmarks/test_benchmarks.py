@@ -981,3 +981,25 @@ def test_calibration_fits_token_counts_to_what_the_server_reported():
     assert table["wiki_agent"]["calls"] == 12
     assert table["wiki_agent"]["prompt"]["calibrated"] == pytest.approx(table["wiki_agent"]["prompt"]["real"], rel=0.01)
     assert mae["calibrated"] < 1.0 < mae["default"]
+
+
+def test_the_deviations_table_reports_each_policys_drop_and_the_oracles_lead(tmp_path):
+    """benchmarks/deviations.py: per kind and split a row per policy; the drop is train minus test, the best
+    hand-written policy is the best observation-only one on test, and the oracle's lead is measured against it."""
+    import json
+
+    from benchmarks.deviations import KINDS, main
+
+    assert set(KINDS) >= {"none", "phrasing", "team", "drift", "extra_step", "all"}
+    assert main(["--tasks", "4", "--kinds", "none", "team", "--out-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "deviations.json").read_text())
+    assert set(result["table"]) == {"none", "team"} and (tmp_path / "deviations.md").exists()
+    for kind, splits in result["table"].items():
+        summary = result["summary"][kind]
+        test = splits["test"]
+        assert "oracle" in test and "static_pipeline" in test and "plan_check_text" in test
+        for policy, row in test.items():
+            assert summary["drop"][policy] == pytest.approx(splits["train"][policy]["success"] - row["success"])
+        best = summary["best_hand_written_on_test"]
+        assert best != "oracle" and all(test[best]["success"] >= v["success"] for k, v in test.items() if k != "oracle")
+        assert summary["oracle_lead_success"] == pytest.approx(test["oracle"]["success"] - test[best]["success"])
