@@ -7,14 +7,14 @@ in every tracked text file, result folders (``benchmarks/results/``, ``tools/res
 
 - run labels (the word for a session's end followed by its number, spaced, hyphenated or as a name suffix) in text
   and in file or directory names;
-- talk of the working session or of who measured what (first-person accounts of runs and measurements: "I measured",
-  "in our runs", "we measured");
-- issue or pull-request numbers used as provenance ("issue 12", "issues 11/12", "see #12", "(#12)"): a reader has no
-  tracker to open;
-- accounts of other work on the machine ("shared with other jobs", "while 4 other agents were using the cores"): a
-  figure states its machine class and, where it matters, the load average;
-- absolute paths of a development machine (``/work/...``, ``/root/...``, ``/home/<user>/...``, temporary directories
-  named by ``mkdtemp``);
+- talk of the working session or of who measured what (a run or a measurement told in the first person, singular or
+  plural);
+- issue or pull-request numbers used as provenance (the word followed by a number, several numbers joined by slashes,
+  a hash sign and a number): a reader has no tracker to open;
+- accounts of other work on the machine (jobs or agents said to share the cores): a figure states its machine class
+  and, where it matters, the load average;
+- absolute paths of a development machine (a workspace folder at the root, the root user's or another user's home,
+  temporary directories named by ``mkdtemp``);
 - commit hashes given as provenance (``at 1a2b3c4``, ``commit 1a2b3c4``, ``(revision 1a2b3c4)``), in result files'
   Markdown too; a result's JSON may hold a machine-readable revision field (``"git_revision": ...``), which no rule
   reads, since a key and its value are not prose.

@@ -53,7 +53,8 @@ class Drift:
 
 class DriftingBackend:
     """The team's backend with the episode's drift applied: the env sets :attr:`active` at the onset (and clears it
-    at reset). Requests of other agents, and the planner's, pass unchanged; any :class:`LLMBackend` can be wrapped.
+    at reset). The planner's requests and those for the other workers pass unchanged; any :class:`LLMBackend` can be
+    wrapped.
 
     :param inner: the backend every request goes to.
     """

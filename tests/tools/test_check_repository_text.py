@@ -16,7 +16,7 @@ def test_no_tracked_file_speaks_of_how_it_was_developed():
 
 
 # The examples are assembled from fragments, so that this file's own text holds none of the phrases it checks for.
-STOP, SESSION, MINE, SCRATCH = "st" + "op", "sess" + "ion", "mi" + "ne", "/work/" + "scratch"
+LABEL, SITTING, OWN, SCRATCH = "st" + "op", "sess" + "ion", "mi" + "ne", "/wo" + "rk/" + "scratch"
 RUN_HASH, COMMIT_HASH, OTHER_HASH = "1a4" + "df85", "a9d" + "be13", "a19" + "48e5"
 FULL_HASH = "9fa8e086dcdfdcc2fb44c4a564a2b6a3" + "9b4da43f"
 ISSUE, OUR, WE, OTHER = "iss" + "ue", "o" + "ur", "w" + "e", "oth" + "er"
@@ -25,17 +25,17 @@ ISSUE, OUR, WE, OTHER = "iss" + "ue", "o" + "ur", "w" + "e", "oth" + "er"
 @pytest.mark.parametrize(
     "text",
     [
-        f"Measured in {STOP} 36 on a quiet machine.",
-        f"see benchmarks/results/env_throughput_{STOP}29/",
-        f"As this {SESSION}'s run showed, the ratio is 0.35.",
-        f"a run of {MINE} took 3 min",
+        f"Measured in {LABEL} 36 on a quiet machine.",
+        f"see benchmarks/results/env_throughput_{LABEL}29/",
+        f"As this {SITTING}'s run showed, the ratio is 0.35.",
+        f"a run of {OWN} took 3 min",
         "I " + "measured 0.16x CartPole",
         f"the command was python x.py --out-dir {SCRATCH}/s36/et",
         f"the env code at {RUN_HASH} is faster",
         f"recorded on commit {COMMIT_HASH}",
         "between 03:49-03:51 " + "UTC",
         f"searches per 20,000 steps ({OTHER_HASH}), against 10-30",
-        f"a run label split over lines, {STOP}\n36, is found too",
+        f"a run label split over lines, {LABEL}\n36, is found too",
         # issue and pull-request numbers as provenance
         f"the ratio ({ISSUE} 12's target)",
         f"fixes of {ISSUE}s 11/12",
@@ -101,7 +101,7 @@ def test_result_files_record_no_revision_or_machine_path_in_their_text():
     assert check_text("benchmarks/results/x.md", f"Revision {FULL_HASH}.")
     assert check_text("tools/results/x.md", f"AMD EPYC, 2 cores; revision {FULL_HASH}")
     assert check_text("tools/results/x.md", f"the arms differ in one change ({OTHER_HASH})")
-    assert check_text("benchmarks/results/x.md", f"Command: `python x.py --out-dir benchmarks/results/x_{STOP}29`")
+    assert check_text("benchmarks/results/x.md", f"Command: `python x.py --out-dir benchmarks/results/x_{LABEL}29`")
     assert check_text("benchmarks/results/x.json", '"output_dir": "/' + 'tmp/edo-run"')
     assert check_text("tools/results/x.json", f'"machine": "AMD EPYC, 2 cores shared with {OTHER} jobs"')
 
@@ -112,6 +112,6 @@ def test_result_json_may_keep_a_machine_readable_revision_field():
 
 
 def test_paths_with_run_labels_or_commit_suffixes_are_found():
-    assert check_path(f"benchmarks/results/train_throughput_{STOP}36/a.json")
+    assert check_path(f"benchmarks/results/train_throughput_{LABEL}36/a.json")
     assert check_path("benchmarks/results/env_throughput_" + "e96" + "88c7.md")
     assert not check_path("benchmarks/results/env_throughput.md")
