@@ -27,9 +27,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import edo_gym  # noqa: E402, F401
 from baselines.evaluation import evaluate_heuristic  # noqa: E402
-from baselines.heuristics import make_heuristic  # noqa: E402
 from baselines.probes import PROBES, TEXT_PROBES  # noqa: E402
 from benchmarks.common import machine_line, write_results  # noqa: E402
+from benchmarks.env_validity import policy  # noqa: E402
 
 #: Env settings per deviation kind (each at rate 1.0).
 KINDS: dict[str, dict[str, Any]] = {
@@ -53,21 +53,13 @@ def _policies() -> list[str]:
     return [*HEURISTIC_ROWS, *PROBES, *TEXT_PROBES, "oracle"]
 
 
-def _policy(name: str) -> Any:
-    if name in PROBES:
-        return PROBES[name]()
-    if name in TEXT_PROBES:
-        return TEXT_PROBES[name]()
-    return make_heuristic(name)
-
-
 def evaluate_kind(kind: str, split: str, n_tasks: int, seeds: list[int]) -> dict[str, dict[str, float]]:
     """Success rate and mean return of every policy, averaged over ``seeds``, on ``n_tasks`` tasks of ``split``."""
     env = gym.make("EDO-v0", tasks_split=split, info_text=True, **KINDS[kind])
     ids = list(range(min(n_tasks, env.unwrapped.num_tasks)))
     rows: dict[str, dict[str, float]] = {}
     for name in _policies():
-        results = [evaluate_heuristic(_policy(name), env, ids, seed=seed) for seed in seeds]
+        results = [evaluate_heuristic(policy(name), env, ids, seed=seed) for seed in seeds]
         rows[name] = {
             "success": float(np.mean([r.success_rate for r in results])),
             "return": float(np.mean([r.mean_return for r in results])),

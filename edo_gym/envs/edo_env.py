@@ -472,7 +472,7 @@ class EDOEnv(gym.Env):
         penalty = 0.0
         ep.call_status = NO_CALL
         kind, w, retrieve = self._decoded[a]
-        legal = self._legal(kind, w, retrieve)
+        legal = bool(self._mask_entry(ep.plan.current_step)[a])
         if legal:
             event = kind
             step_cost, price = self._actions[kind](w, retrieve)
@@ -826,22 +826,6 @@ class EDOEnv(gym.Env):
         """The action mask of the current state as a new float32 array (all zeros before reset or after the end)."""
         cur = self.episode.plan.current_step if self.episode is not None else -1
         return self._mask_entry(cur).copy()
-
-    def _legal(self, kind: str, w: int, retrieve: bool) -> bool:
-        """Whether an action is legal now: the rules of the mask (:meth:`_mask_entry`), for one action."""
-        ep = self._ep
-        plan = ep.plan
-        if kind == "dispatch":
-            return plan.current_step >= 0 and not (retrieve and self.workers[w].retriever.size == 0)
-        if kind == "verify":
-            return self.config.enable_verify and bool(plan.done_stack) and w not in plan.verified_by[plan.done_stack[-1]]
-        if kind == "verify_plan":
-            return self.config.enable_plan_review and w not in plan.reviewed_by
-        if kind == "rollback":
-            return bool(plan.done_stack)
-        if kind == "replan":
-            return ep.replans < self._replan_limit
-        return True  # submit
 
     def _mask_entry(self, cur: int) -> np.ndarray:
         """The action mask (read-only, memoised by the state it depends on), given ``cur`` (the current step).

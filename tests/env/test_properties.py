@@ -256,25 +256,17 @@ def test_illegal_actions_raise_and_change_nothing_in_raise_mode(env_setup, data)
             if terminated or truncated:
                 obs, info = env.reset()
             continue
-        before = (
-            env.episode.steps,
-            len(env.episode.trace),
-            env.episode.tokens,
-            env.episode.calls,
-            env.episode.illegal_actions,
-            list(env.episode.history),
-        )
+        before = _ledger(env)
         with pytest.raises(ValueError, match=rf"illegal action {a} "):
             env.step(a)
-        assert before == (
-            env.episode.steps,
-            len(env.episode.trace),
-            env.episode.tokens,
-            env.episode.calls,
-            env.episode.illegal_actions,
-            list(env.episode.history),
-        )
+        assert before == _ledger(env)
         assert np.array_equal(env.action_masks(), mask.astype(bool))
+
+
+def _ledger(env: EDOEnv) -> tuple:
+    """What an illegal action in raise mode must leave as it was: steps, trace, tokens, calls, illegal actions, history."""
+    ep = env.episode
+    return (ep.steps, len(ep.trace), ep.tokens, ep.calls, ep.illegal_actions, list(ep.history))
 
 
 # -- invalid configs ----------------------------------------------------------------------------------------------
