@@ -38,7 +38,8 @@ class EvalResult:
     return_ci95: tuple[float, float] = (0.0, 0.0)
     budget_hit_rate: float = 0.0
     uses_hidden_state: bool = False
-    #: language-model calls that failed over all episodes (charged and counted as failures of their steps)
+    #: language-model calls that failed over all episodes (charged and counted as failures of their steps); calls to a
+    #: worker that the episode's drift stopped are not counted (``episode_stats["worker_down_calls"]``)
     failed_calls: int = 0
     #: Per episode, in task order: success (0/1) and return (for paired comparisons; not in ``as_dict``).
     episode_success: list[float] = field(default_factory=list, repr=False)
@@ -125,7 +126,8 @@ def run_episodes(
         calls.append(stats["calls"])
         latency.append(stats["latency_s"])
         budget_hits.append(float(stats.get("budget_exhausted", False)))
-        failed_calls += int(stats.get("failed_calls", 0))
+        # backend faults only: a worker that a drift stopped is part of the task distribution, not a broken row
+        failed_calls += int(stats.get("failed_calls", 0)) - int(stats.get("worker_down_calls", 0))
         by_family.setdefault(stats["family"], []).append(float(stats["success"]))
     n = len(successes)
     return EvalResult(

@@ -15,13 +15,14 @@ from edo_gym.config import (
     default_workers,
 )
 from edo_gym.envs.edo_env import EDOEnv
-from edo_gym.registration import VARIANTS, register_edo_envs
+from edo_gym.registration import SCRIPTED, VARIANTS, register_edo_envs
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 register_edo_envs()
 
 __all__ = [
+    "SCRIPTED",
     "VARIANTS",
     "EDOConfig",
     "EDOEnv",

@@ -102,7 +102,7 @@ class WorldConfig:
     #: Tiered refund policies: each shipment's customer holds a membership tier, and half the carriers set their refund
     #: window by it (their general policy document says so instead of stating a number; one window per tier). What
     #: ``TaskConfig.extra_step_rate`` needs (:mod:`edo_gym.world.extra_step`); ``False`` keeps the corpus as it was.
-    tiered_refunds: bool = False
+    tiered_refunds: bool = True
 
     def __post_init__(self) -> None:
         owner = "WorldConfig"
@@ -140,11 +140,13 @@ class TaskConfig:
     #: of the ``train`` split use training parts only; ``test`` tasks use compositions with a held-out part, which no
     #: training task and no rule-based component of the package (the ``rules`` planner) knows. The structure, gold
     #: answers and split never depend on it; 0.0 keeps every canonical text (the pool exactly as without phrasing).
-    phrasing_rate: float = 0.0
+    phrasing_rate: float = 1.0
     #: Share of the support tasks that need a step no plan written from their text holds: the carrier of the order sets
     #: its refund window by the customer's membership tier, which only the policy lookup's answer reveals
-    #: (:mod:`edo_gym.world.extra_step`). Needs ``WorldConfig.tiered_refunds``; 0.0 keeps every task as it was.
-    extra_step_rate: float = 0.0
+    #: (:mod:`edo_gym.world.extra_step`). Needs ``WorldConfig.tiered_refunds``; 0.0 keeps every task as it was. Such a
+    #: task names a shipment or an order (a carrier names no customer) and has the two revealed steps on top, so it has
+    #: 4 or 5 hops whatever ``min_hops`` and ``max_hops`` say.
+    extra_step_rate: float = 0.5
 
     def __post_init__(self) -> None:
         owner = "TaskConfig"
@@ -167,9 +169,6 @@ class TaskConfig:
         _check_float(owner, "test_fraction", self.test_fraction, 0.0, 0.9, low_open=True)
         _check_float(owner, "phrasing_rate", self.phrasing_rate, 0.0, 1.0)
         _check_float(owner, "extra_step_rate", self.extra_step_rate, 0.0, 1.0)
-        if self.extra_step_rate > 0 and self.max_hops < 2:
-            # a task with the extra step names a shipment or an order (a carrier names no customer): two hops at least
-            raise ValueError(f"{owner}.extra_step_rate > 0 needs max_hops >= 2, got max_hops={self.max_hops}")
 
 
 @dataclass(frozen=True)
@@ -541,7 +540,7 @@ class DeviationConfig:
     """
 
     #: Probability that an episode's team is drawn around the public profiles (skills, prices, shard membership).
-    team_rate: float = 0.0
+    team_rate: float = 0.5
     #: Training draws move each skill by at most this much (absolute) and each price by at most this fraction.
     team_spread: float = 0.15
     #: Held-out draws move them by between ``team_spread`` and this much.
@@ -549,7 +548,7 @@ class DeviationConfig:
     #: In a drawn team, probability that a worker with two shard domains or more lacks one of them this episode.
     shard_drop_rate: float = 0.25
     #: Probability that an episode holds a drift: one worker changes its output format or stops answering.
-    drift_rate: float = 0.0
+    drift_rate: float = 0.25
     #: Share of drifts in which the worker stops answering (the others change its output format).
     drift_failure_share: float = 0.3
 
@@ -597,7 +596,7 @@ class EDOConfig:
     enable_verify: bool = True
     #: ``verify_plan(w)`` actions: worker ``w`` critiques the plan as written against the task text (a paid call, as
     #: fallible as the worker; its verdict is in the observation's ``plan_review``).
-    enable_plan_review: bool = False
+    enable_plan_review: bool = True
     #: Coordination tokens charged per rollback (telling the team to discard a result); the discarded work stays charged.
     rollback_tokens: int = 60
     #: Minimum similarity for fuzzy entity linking of an upstream answer (see ``edo_gym.world.text.EntityLinker``).
@@ -612,9 +611,9 @@ class EDOConfig:
     illegal_action: str = "penalize"
     #: Number of past actions in the observation.
     history_len: int = 4
-    #: Add the pointer-free view to the observation (since 0.4.0): the current step's and the last finished step's
+    #: Add the pointer-free view to the observation (since 0.3.0): the current step's and the last finished step's
     #: rows at fixed keys (``current``, ``last``) and, per worker, what it did on them (``tried``). ``False`` gives the
-    #: 0.3.0 observation space (for models saved before 0.4.0).
+    #: 0.2.0 observation space (for models saved before 0.3.0).
     focus_view: bool = True
     #: Add what an orchestrator computes from the task and plan text it reads (``step_text``, ``plan_text``; see
     #: :func:`edo_gym.envs.observation.plan_text_features`). Off by default: it changes the observation space.

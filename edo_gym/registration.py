@@ -10,6 +10,18 @@ from edo_gym.config import small_workers
 
 ENTRY_POINT = "edo_gym.envs.edo_env:EDOEnv"
 
+#: ``gym.make`` keyword arguments that switch the deviations from the script off (every rate at 0, no tiered refunds)
+#: and the ``verify_plan(w)`` actions with them: the dynamics and spaces of EDO-Gym 0.3.0, e.g.
+#: ``gym.make("EDO-v0", **SCRIPTED)``.
+SCRIPTED: dict[str, Any] = {
+    "tasks_phrasing_rate": 0.0,
+    "tasks_extra_step_rate": 0.0,
+    "world_tiered_refunds": False,
+    "deviations_team_rate": 0.0,
+    "deviations_drift_rate": 0.0,
+    "enable_plan_review": False,
+}
+
 #: id -> keyword arguments for ``EDOEnv`` (see ``EDOConfig.from_kwargs``). Flat ``section_field`` keys, so that
 #: ``gym.make(id, tasks={...})`` (which gymnasium merges shallowly into these) overrides single fields only.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -34,6 +46,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "world_distractors_per_fact": 0,
         "retrieval_identifier_match": True,
         "workers": small_workers(),
+        # the scripted world of 0.3.0: its recorded model calls were made there
+        **SCRIPTED,
     },
 }
 

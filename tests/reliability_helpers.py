@@ -243,6 +243,7 @@ EPISODE_STATS = {
     "family": str,
     "budget_exhausted": bool,
     "failed_calls": int,
+    "worker_down_calls": int,
     "call_retries": int,
     "retrieval_fallbacks": int,
 }

@@ -76,7 +76,11 @@ class DriftingBackend:
         return dataclasses.replace(response, text=reformat(response.text))
 
     def __getattr__(self, name: str) -> Any:  # cache_identity, calls, ... of the wrapped backend
-        return getattr(self.inner, name)
+        # only once constructed: unpickling looks attributes up before ``inner`` is set, and must not recurse
+        inner = self.__dict__.get("inner")
+        if inner is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(inner, name)
 
 
 def draw_drift(agents: list[str], step_limit: int, config: DeviationConfig, rng: np.random.Generator) -> Drift | None:

@@ -60,7 +60,7 @@ from edo_gym.world.tasks import TaskPool
 from edo_gym.world.text import first_number
 
 #: The package version whose dynamics this module implements (``EDOEnv.metadata["edo_gym_version"]``).
-ENV_VERSION = "0.3.0"
+ENV_VERSION = "0.4.0"
 RESET_OPTION_KEYS = frozenset({"task_id"})
 MAX_SEED = 2**31 - 1
 #: Price multiplier of planner tokens and of an outside decision-maker's tokens (``charge``).
@@ -120,13 +120,15 @@ class EDOEnv(gym.Env):
 
     ## Action Space
 
-    ``Discrete(A)``, dispatches first, then one verify per worker, then rollback, replan, submit
-    (``action_names`` spells them out; ``decode_action`` gives ``(kind, worker, retrieve)``):
+    ``Discrete(A)``, dispatches first, then one verify per worker, then one plan review per worker, then rollback,
+    replan, submit (``action_names`` spells them out; ``decode_action`` gives ``(kind, worker, retrieve)``):
 
     - ``dispatch(w, retrieve)`` (``w * 2 + retrieve``): run the current plan step on worker ``w``, with or without
       retrieval; with ``retrieval_decider="worker"`` only ``dispatch(w)`` exists (index ``w``) and the worker decides;
     - ``verify(w)``: worker ``w`` re-checks the last result against its own evidence; a real call, charged like a
       dispatch; its verdict is ``ok``, ``flagged`` or ``unsure``;
+    - ``verify_plan(w)`` (with ``enable_plan_review``, the default): worker ``w`` critiques the plan as written against
+      the task text; charged like a call, as fallible as the worker's ``plan_skill``; its verdict is in ``plan_review``;
     - ``rollback``: discard the last result and make its step current again (the discarded work stays charged, plus
       ``rollback_tokens`` of coordination);
     - ``replan``: ask the Planner for a new decomposition (a call; the progress on the old plan is discarded);
@@ -184,6 +186,17 @@ class EDOEnv(gym.Env):
     Figures measured on different versions are not comparable; ``env.metadata["edo_gym_version"]`` carries the
     package version, and result files record it.
 
+    - 0.4.0: the deviations from the script are part of the default task distribution, each behind its own rate, in
+      every registered id but ``EDO-Small-v0`` (which keeps 0.3.0's scripted world, the one its recorded model calls
+      were made in): every task text is phrased from parts (``TaskConfig.phrasing_rate=1.0``; the test split uses
+      held-out phrasings), half the episodes draw their team around the public profiles
+      (``DeviationConfig.team_rate=0.5``; held-out draws in the test split), a quarter hold a drift
+      (``drift_rate=0.25``: a worker changes its output format or stops answering mid-episode), and half the support
+      tasks need a step no plan written from their text holds (``WorldConfig.tiered_refunds=True``,
+      ``TaskConfig.extra_step_rate=0.5``). ``verify_plan(w)`` actions and the ``plan_review`` observation key are on
+      (``enable_plan_review=True``), so the action space has ``W`` more actions. A model saved on 0.3.0 is refused
+      with an error that says so. ``gym.make(id, **edo_gym.SCRIPTED)`` (those rates at 0, ``tiered_refunds=False``,
+      ``enable_plan_review=False``) gives 0.3.0's dynamics (the stored seeded digests of the test suite check it).
     - 0.3.0: answers are graded on the key value the task asks for (a reply's refund window, a name, a year, an
       amount, :mod:`edo_gym.world.grading`), for the reward, ``hidden_state()`` and the simulated verifiers of replies
       (a reply in the gold template with another window used to pass at token F1 0.86); ``RewardConfig.partial_credit``
@@ -200,7 +213,7 @@ class EDOEnv(gym.Env):
       ``WorkerSpec.verdict_rate``, ``greedy``, ``bare_window_rate``, ``verbosity``, ``prompt_token_scale``,
       ``RetrievalConfig.identifier_match``. An entity answer that names several entities is graded on those of the
       kind asked for; a multi-hop final answer may name the entity its last hop asks about.
-      Opt-in, off in every registered id (their trajectories are unchanged): the deviations from the script, each
+      Opt-in, off in every registered id: the deviations from the script, each
       behind its own rate (``TaskConfig.phrasing_rate``: task texts phrased from parts, held-out phrasings in the test
       split; ``DeviationConfig.team_rate``: the episode's team drawn around the public profiles, held-out draws in the
       test split; ``DeviationConfig.drift_rate``: a worker changes its output format or stops answering mid-episode;
@@ -554,6 +567,7 @@ class EDOEnv(gym.Env):
             "family": ep.task.family,
             "budget_exhausted": bool(ep.budget_exhausted),
             "failed_calls": int(ep.failed_calls),
+            "worker_down_calls": int(ep.down_calls),
             "call_retries": int(ep.call_retries),
             "retrieval_fallbacks": int(ep.retrieval_fallbacks),
         }
@@ -607,7 +621,7 @@ class EDOEnv(gym.Env):
         plan.note_dispatch(i, w, retrieve)
         ep.count(w, C_CALLS)
         if record.failed:
-            ep.failed_calls += 1
+            self._count_failure(w)
         else:
             record.linked = self._answer_linked(record.text, record.instruction)
             plan.set_result(i, w, record)
@@ -636,7 +650,7 @@ class EDOEnv(gym.Env):
         plan.dirty.add(i)
         ep.retrieval_fallbacks += check.retrieval_fallback
         if check.failed:
-            ep.failed_calls += 1
+            self._count_failure(w)
         else:
             plan.add_verdict(i, w, check.verdict)
             if check.verdict == "flagged":
@@ -660,7 +674,7 @@ class EDOEnv(gym.Env):
         plan = ep.plan
         check = self.workers[w].verify_plan(ep.task.text, plan_json(plan.plan), self._seed())
         if check.failed:
-            ep.failed_calls += 1
+            self._count_failure(w)
         else:
             plan.reviews.append(check.verdict)
             plan.reviewed_by.add(w)
@@ -673,6 +687,14 @@ class EDOEnv(gym.Env):
         }
         ep.trace.append(("verify_plan", check))
         return check.cost, ep.team.specs[w].price
+
+    def _count_failure(self, w: int) -> None:
+        """Count a failed call to worker ``w``; one to a worker the episode's drift has stopped also in ``down_calls``."""
+        ep = self._ep
+        ep.failed_calls += 1
+        drift = self._drifting.active if self._drifting is not None else None
+        if drift is not None and drift.kind == "failure" and drift.agent == self.config.workers[w].name:
+            ep.down_calls += 1
 
     def _rollback(self, w: int = -1, retrieve: bool = False) -> tuple[CallCost, float]:
         """Discard the last result; only the coordination tokens are charged (the discarded work already was)."""

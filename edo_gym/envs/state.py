@@ -261,6 +261,9 @@ class EpisodeState:
     replans: int = 0
     illegal_actions: int = 0
     failed_calls: int = 0
+    #: Of ``failed_calls``, those to a worker that stopped answering (a drift of kind ``failure``): a deviation of the
+    #: task distribution, not a fault of the backend.
+    down_calls: int = 0
     call_retries: int = 0
     retrieval_fallbacks: int = 0
     budget_exhausted: bool = False
