@@ -1,5 +1,7 @@
 """Pinned seeded GRPO and GiGPO runs on EDO-v0: the buffer contents of two rollouts, the actions taken and the
-parameters after two updates must stay exactly the pinned digests below.
+parameters after two updates must stay exactly the pinned digests below. The stored digests were recorded on 0.3.0's
+dynamics, which ``edo_gym.SCRIPTED`` gives back (and must keep giving back); one pair more pins the runs on the
+default task distribution (the deviations from the script and the ``verify_plan(w)`` actions on).
 
 A change to collection
 (observation copies, trajectory bookkeeping, action sampling, buffer stacking) that alters what is learned fails
@@ -23,6 +25,7 @@ import torch as th  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 
 from baselines.training import TrainConfig, make_algo, make_train_env  # noqa: E402
+from edo_gym import SCRIPTED  # noqa: E402
 
 PINNED_CFG = dict(
     env_id="EDO-v0",
@@ -92,9 +95,10 @@ class _Recorder(BaseCallback):
         h.update(repr(anchor_keys).encode())
 
 
-def _pinned_run(algo: str, focus_view: bool = True) -> dict[str, object]:
+def _pinned_run(algo: str, focus_view: bool = True, scripted: bool = True) -> dict[str, object]:
     th.set_num_threads(1)
-    cfg = TrainConfig(algo=algo, env_kwargs={"focus_view": focus_view}, **PINNED_CFG)
+    env_kwargs = {"focus_view": focus_view, **(SCRIPTED if scripted else {})}
+    cfg = TrainConfig(algo=algo, env_kwargs=env_kwargs, **PINNED_CFG)
     env = make_train_env(cfg)
     try:
         model = make_algo(cfg, env)
@@ -157,7 +161,7 @@ PINNED_NO_FOCUS = {
 
 
 # the same runs on the default observation (with the pointer-free view: a wider input layer, so other initial weights
-# and other decisions)
+# and other decisions), still on the 0.3.0 dynamics
 PINNED = {
     "grpo": {
         "num_timesteps": 156,
@@ -186,6 +190,36 @@ PINNED = {
 }
 
 
+# the same runs on the default task distribution of 0.4.0 (phrased texts, drawn teams, drifts, tiered refunds with the
+# extra steps, the ``verify_plan(w)`` actions): a wider action space and mask, so other weights and other trajectories
+PINNED_DEFAULTS = {
+    "grpo": {
+        "num_timesteps": 257,
+        "steps": 257,
+        "actions": "bee0b86464aea0b8",
+        "buffer": "27bcb16ab5f63ba3",
+        "task_abs": 2618.949419,
+        "log_probs": -664.884115,
+        "advantages": -23.867975,
+        "advantages_abs": 36.69734,
+        "params_sum": 2.720386,
+        "params_abs": 977.741371,
+    },
+    "gigpo": {
+        "num_timesteps": 257,
+        "steps": 257,
+        "actions": "bee0b86464aea0b8",
+        "buffer": "5b7932642f2b219f",
+        "task_abs": 2618.949419,
+        "log_probs": -664.997164,
+        "advantages": -23.867975,
+        "advantages_abs": 42.260142,
+        "params_sum": 3.644688,
+        "params_abs": 977.863815,
+    },
+}
+
+
 @pytest.mark.parametrize("algo", sorted(PINNED))
 def test_seeded_run_on_edo_matches_the_pinned_digests(algo):
     _check(_pinned_run(algo), PINNED[algo])
@@ -196,7 +230,13 @@ def test_seeded_run_without_the_focus_view_matches_the_earlier_digests(algo):
     _check(_pinned_run(algo, focus_view=False), PINNED_NO_FOCUS[algo])
 
 
+@pytest.mark.parametrize("algo", sorted(PINNED_DEFAULTS))
+def test_seeded_run_on_the_default_distribution_matches_its_digests(algo):
+    _check(_pinned_run(algo, scripted=False), PINNED_DEFAULTS[algo])
+
+
 if __name__ == "__main__":  # print the digests (to pin them on a reference commit)
     for algo in sorted(PINNED):
-        print(algo, "default", _pinned_run(algo))
-        print(algo, "focus_view=False", _pinned_run(algo, focus_view=False))
+        print(algo, "scripted", _pinned_run(algo))
+        print(algo, "scripted, focus_view=False", _pinned_run(algo, focus_view=False))
+        print(algo, "defaults", _pinned_run(algo, scripted=False))
