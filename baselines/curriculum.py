@@ -2,8 +2,10 @@
 
 A curriculum is a list of stages ``(until, max_hops)``: until the fraction ``until`` of the run's env steps, the
 training envs draw only tasks of at most ``max_hops`` hops; after the last stage they draw every task. For example
-``((0.2, 2), (0.5, 3))`` on EDO-v0 (2-4 hops): 2-hop tasks for the first 20% of the steps, 2-3 hops up to 50%, then
-all of them. Evaluation envs are never filtered.
+``((0.2, 2), (0.5, 3))`` on EDO-v0 (2-5 hops): 2-hop tasks for the first 20% of the steps, 2-3 hops up to 50%, then
+all of them. Evaluation envs are never filtered. A stage counts a task's hops as ``Task.hops`` does: a support task
+with the extra step (4 or 5 hops whatever ``TaskConfig.max_hops`` says, its text hiding two of them) comes only in a
+stage of 4 hops or more, or after the last stage.
 
 Two pieces, both usable on their own:
 

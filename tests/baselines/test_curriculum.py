@@ -58,7 +58,8 @@ def test_wrapper_draws_only_short_tasks_and_keeps_task_ids_when_it_widens(make_e
     env = HopCurriculumWrapper(make_env("EDO-v0"), max_hops=2)
     base = env.unwrapped
     hops = np.array([base.pool.tasks[int(base.pool.ids[k])].hops for k in range(base.num_tasks)])
-    assert env.hop_counts == sorted(set(hops.tolist())) == [2, 3, 4]
+    # 2-4 hops as drawn, and 4-5 for a support task with the extra step (its hops count the steps its text hides)
+    assert env.hop_counts == sorted(set(hops.tolist())) == [2, 3, 4, 5]
     assert env.num_tasks == int((hops <= 2).sum()) < base.num_tasks
     for seed in range(30):  # unseeded draws and task-id starts alike
         env.reset(seed=seed)
@@ -82,7 +83,7 @@ def test_wrapper_draws_only_short_tasks_and_keeps_task_ids_when_it_widens(make_e
     with pytest.raises(ValueError, match="only widens"):
         env.set_max_hops(2)
     assert env.set_max_hops(None) == base.num_tasks
-    with pytest.raises(ValueError, match=r"no task has at most 1 hops; this env's tasks have \[2, 3, 4\] hops"):
+    with pytest.raises(ValueError, match=r"no task has at most 1 hops; this env's tasks have \[2, 3, 4, 5\] hops"):
         HopCurriculumWrapper(make_env("EDO-v0"), max_hops=1)
 
 
