@@ -157,14 +157,23 @@ def test_warm_start_records_once_and_reuses(minari_dir):
 
 def test_a_dataset_id_follows_the_settings_an_id_is_registered_with(monkeypatch):
     """A registered id whose settings change (a new release of a tier) names another dataset; EDO-v0, registered
-    without settings, keeps the digest it had before registered settings were part of it."""
+    without settings, keeps the digest it had before registered settings were part of it (under 0.3.0, whose pinned
+    id is checked too), and a new version names another dataset (its episodes were recorded on other dynamics)."""
     import copy
+
+    import edo_gym.envs.edo_env as edo_env
+    from edo_gym import SCRIPTED
 
     small = warm_start_dataset_id("rule_based", 20, "EDO-Small-v0", None)
     spec = copy.deepcopy(gym.spec("EDO-Small-v0"))
     spec.kwargs = {**spec.kwargs, "retrieval_identifier_match": not spec.kwargs["retrieval_identifier_match"]}
     monkeypatch.setitem(gym.registry, "EDO-Small-v0", spec)
     assert warm_start_dataset_id("rule_based", 20, "EDO-Small-v0", None) != small
+    current = warm_start_dataset_id("static_pipeline", 2000, "EDO-v0", None)
+    assert current == "edo_gym/EDO_v0_static_pipeline_2000_9fb1ffb2b8-v0"
+    # the 0.3.0 dynamics asked for by keyword are another setting, not the 0.3.0 dataset
+    assert warm_start_dataset_id("static_pipeline", 2000, "EDO-v0", SCRIPTED) != current
+    monkeypatch.setattr(edo_env, "ENV_VERSION", "0.3.0")
     assert (
         warm_start_dataset_id("static_pipeline", 2000, "EDO-v0", None) == "edo_gym/EDO_v0_static_pipeline_2000_abd750b7d6-v0"
     )
