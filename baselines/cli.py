@@ -66,13 +66,23 @@ def _parse_int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"must be comma-separated integers like 64,64, got {text!r}") from None
 
 
+def _parse_name_list(text: str) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``; ``""`` or ``"none"`` -> ``[]``."""
+    if text.strip().lower() in ("", "none"):
+        return []
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"must be comma-separated names like a,b, got {text!r}")
+    return names
+
+
 def _show(value: Any, none_word: str = "none") -> str:
     """A setting's value as it is written on the command line."""
     if value is None:
         return none_word
     if isinstance(value, bool):
         return "on" if value else "off"
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+    if isinstance(value, list) and all(isinstance(v, (int, str)) for v in value):
         return ",".join(map(str, value)) or "none"
     if isinstance(value, dict):
         return json.dumps(value) if value else "{}"
@@ -81,7 +91,7 @@ def _show(value: Any, none_word: str = "none") -> str:
 
 def _setting_type(f: dataclasses.Field, annotation: Any) -> Callable[[str], Any]:
     """The argparse ``type`` of a ``TrainConfig`` field (not a bool): from its annotation (``int``, ``float``, ``str``,
-    ``list[int]``, ``dict``, each also ``| None``) or its ``setting(parse=...)``, then its ``choices``."""
+    ``list[int]``, ``list[str]``, ``dict``, each also ``| None``) or its ``setting(parse=...)``, then its ``choices``."""
     meta = f.metadata
     args = typing.get_args(annotation)
     optional = type(None) in args
@@ -97,6 +107,8 @@ def _setting_type(f: dataclasses.Field, annotation: Any) -> Callable[[str], Any]
         parse = str
     elif typing.get_origin(base) is list and typing.get_args(base) == (int,):
         parse = _parse_int_list
+    elif typing.get_origin(base) is list and typing.get_args(base) == (str,):
+        parse = _parse_name_list
     else:
         raise TypeError(f"TrainConfig.{f.name}: no command-line form for {annotation!r}; declare it with setting(parse=...)")
     choices = meta.get("choices")
@@ -320,6 +332,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"\n{cfg.algo} success {learned.success_rate:.3f} {verdict} "
                 f"the static pipeline's {static.success_rate:.3f} ({detail})"
             )
+        if result.summary:
+            print(f"\nThe ladder, {result.summary}")
     print(f"\nTotal wall time {time.perf_counter() - t0:.1f} s", flush=True)
     return 0
 

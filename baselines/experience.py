@@ -300,11 +300,15 @@ def behaviour_clone(
     learning_rate: float = 1e-3,
     seed: int = 0,
     progress: bool = False,
+    ent_coef: float = 0.0,
 ) -> dict[str, float]:
     """Fit ``policy`` (an SB3 policy: GRPO's, PPO's or MaskablePPO's) to the demonstrated actions.
 
     Minimises the negative log-likelihood of each recorded action under the policy's (masked, where the policy
-    supports masks) action distribution, with its own Adam optimiser; a value head, if any, is left as it is.
+    supports masks) action distribution, minus ``ent_coef`` times its entropy, with its own Adam optimiser; a value
+    head, if any, is left as it is. A positive ``ent_coef`` keeps some probability on the actions the teacher never
+    took: a clone of a near-deterministic teacher (a fixed pipeline) otherwise leaves RL nothing to compare, since
+    every episode of a group takes the same actions.
 
     :return: ``loss`` (mean NLL of the last epoch) and ``accuracy`` (share of steps whose most likely action is the
         demonstrated one, last epoch)
@@ -316,6 +320,8 @@ def behaviour_clone(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+    if not ent_coef >= 0:
+        raise ValueError(f"ent_coef must be >= 0, got {ent_coef!r}")
     check_compatible(policy, demos)
     device = policy.device
     masks_np = demos.action_masks
@@ -341,6 +347,8 @@ def behaviour_clone(
                 dist = policy.get_distribution(batch)
             log_prob = dist.log_prob(actions[idx])
             loss = -log_prob.mean()
+            if ent_coef > 0:
+                loss = loss - ent_coef * dist.entropy().mean()
             optimizer.zero_grad()
             loss.backward()
             th.nn.utils.clip_grad_norm_(params, 1.0)
@@ -403,6 +411,7 @@ def warm_start(
     learning_rate: float = 1e-3,
     seed: int = 0,
     progress: bool = False,
+    ent_coef: float = 0.0,
 ) -> dict[str, Any]:
     """Pre-train ``policy`` by behaviour cloning on ``source``: a hand-written policy's name (its episodes are
     recorded first, see :func:`warm_start_dataset_id`) or a local Minari dataset id.
@@ -428,7 +437,7 @@ def warm_start(
             f"({DATASET_ID_HELP}), got {source!r}"
         )
     demos = load_demonstrations(dataset_id)
-    stats = behaviour_clone(policy, demos, epochs, batch_size, learning_rate, seed=seed, progress=progress)
+    stats = behaviour_clone(policy, demos, epochs, batch_size, learning_rate, seed=seed, progress=progress, ent_coef=ent_coef)
     return {
         "dataset": dataset_id,
         "source": demos.source,

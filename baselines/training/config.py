@@ -179,9 +179,10 @@ class TrainConfig:
     )
     # -- warm start (baselines.experience) ----------------------------------------------------------------------------
     warm_start: str | None = setting(
-        "rule_based",
+        "static_pipeline",
         group=GROUP_WARM_START,
         help="pre-train the policy by behaviour cloning before the RL run: a hand-written policy or probe (its "
+        "default, static_pipeline, stands for the logs a team running a fixed pipeline already has; "
         "warm_start_episodes episodes on the training split are recorded once as a Minari dataset, reused while they "
         "match; a probe it cloned gets its row in the table) or a local Minari dataset id (namespace/name-vN, from "
         "edo record-dataset); none: train from scratch",
@@ -191,6 +192,9 @@ class TrainConfig:
     bc_epochs: int = setting(20, group=GROUP_WARM_START, help="behaviour-cloning passes over the dataset")
     bc_batch_size: int = setting(256, group=GROUP_WARM_START, help="behaviour-cloning minibatch size in steps")
     bc_learning_rate: float = setting(1e-3, group=GROUP_WARM_START, help="behaviour-cloning Adam step size")
+    bc_ent_coef: float = setting(0.0, group=GROUP_WARM_START,
+                                 help="entropy bonus of behaviour cloning: keeps probability on actions the teacher "
+                                 "never took, so that RL can compare episodes that differ")  # fmt: skip
     # -- PPO / MaskablePPO --------------------------------------------------------------------------------------------
     n_steps: int = setting(256, group=GROUP_PPO, help="steps per env per rollout (a rollout is n_steps * n_envs steps)")
     gamma: float = setting(0.99, group=GROUP_PPO, help="discount factor of the returns and GAE")
@@ -205,6 +209,17 @@ class TrainConfig:
     eval_heuristics: bool = setting(True, group=GROUP_EVAL,
                                     help="also evaluate the hand-written policies on the same tasks (the comparison "
                                     "table)")  # fmt: skip
+    compare_with: list[str] = setting(
+        factory=lambda: ["plan_check_text"],
+        metavar="NAMES",
+        group=GROUP_EVAL,
+        help="hand-written probes evaluated beside the heuristics when eval_heuristics is on (names of "
+        "baselines.experience.demonstrators(); plan_check_text, the text reader, is the strongest on EDO-v0); none: "
+        "the heuristics only",
+    )
+    eval_clone: bool = setting(True, group=GROUP_EVAL,
+                               help="with a warm start, also evaluate the cloned policy before RL on the same tasks (the "
+                               "ladder: teacher, clone, trained)")  # fmt: skip
     progress_bar: bool = setting(True, group=GROUP_RUN, help="progress bars")
     gc_freeze: bool = setting(True, group=GROUP_RUN,
                               help="gc.freeze() at the start of training and of each rollout (FreezeGCCallback): the "
@@ -342,6 +357,19 @@ class TrainConfig:
             self.warm_start is None or (isinstance(self.warm_start, str) and bool(self.warm_start)),
             f"warm_start must be None, a hand-written policy's name or a Minari dataset id, got {self.warm_start!r}",
         )
+        if isinstance(self.compare_with, tuple):
+            self.compare_with = list(self.compare_with)
+        need(isinstance(self.compare_with, list), f"compare_with must be a list of policy names, got {self.compare_with!r}")
+        from baselines.experience import demonstrators
+
+        known = demonstrators()
+        unknown = [name for name in self.compare_with if name not in known]
+        need(not unknown, f"compare_with names {unknown}, which are not hand-written policies; choose from {sorted(known)}")
+        need(
+            isinstance(self.bc_ent_coef, (int, float)) and not isinstance(self.bc_ent_coef, bool) and self.bc_ent_coef >= 0,
+            f"bc_ent_coef must be a number >= 0, got {self.bc_ent_coef!r}",
+        )
+        need(isinstance(self.eval_clone, bool), f"eval_clone must be a bool, got {self.eval_clone!r}")
         need(
             is_int(self.warm_start_episodes) and self.warm_start_episodes >= 1,
             f"warm_start_episodes must be an int >= 1, got {self.warm_start_episodes!r}",

@@ -64,6 +64,33 @@ class TrainResult:
         return format_table(self.results) if self.results else "(no evaluation)"
 
     @property
+    def summary(self) -> str:
+        """The ladder in words: the warm start's teacher, its clone before RL and the trained policy, against the best
+        hand-written policy that reads only what an orchestrator sees (the oracle excluded); ``""`` without rows."""
+        model = self.model_result
+        if model is None:
+            return ""
+        rows = {r.policy: r for r in self.results}
+        hand = [r for r in self.results[:-1] if not r.uses_hidden_state and r.policy in demonstrators()]
+        parts = []
+        teacher = self.config.warm_start
+        if teacher in rows:
+            parts.append(f"teacher {teacher} {rows[teacher].success_rate:.3f}")
+        clone = rows.get(f"clone of {teacher}")
+        if clone is not None:
+            parts.append(f"clone before RL {clone.success_rate:.3f}")
+        parts.append(f"{model.policy} {model.success_rate:.3f}")
+        text = f"success on {model.episodes} held-out tasks: " + " -> ".join(parts)
+        if hand:
+            best = max(hand, key=lambda r: (r.success_rate, r.mean_return))
+            text += (
+                f"; best hand-written policy {best.policy} {best.success_rate:.3f} (return {best.mean_return:+.3f}); "
+                f"{model.policy} {model.success_rate - best.success_rate:+.3f} success, "
+                f"{model.mean_return - best.mean_return:+.3f} return"
+            )
+        return text
+
+    @property
     def model_result(self) -> EvalResult | None:
         """The trained model's row of the evaluation (``None`` if not evaluated)."""
         return self.results[-1] if self.results else None
@@ -169,6 +196,7 @@ def apply_warm_start(model: BaseAlgorithm, cfg: TrainConfig) -> dict[str, Any]:
         epochs=cfg.bc_epochs,
         batch_size=cfg.bc_batch_size,
         learning_rate=cfg.bc_learning_rate,
+        ent_coef=cfg.bc_ent_coef,
         seed=cfg.seed,
         progress=cfg.progress_bar,
     )
@@ -247,6 +275,27 @@ def warm_start_teacher(cfg: TrainConfig) -> tuple[str, ...]:
     return (source,) if source is not None and source not in HEURISTICS and source in demonstrators() else ()
 
 
+def comparison_policies(cfg: TrainConfig) -> tuple[str, ...]:
+    """The hand-written policies evaluated beside ``HEURISTICS``: ``cfg.compare_with``, then the warm start's teacher
+    when it is neither a heuristic nor among them."""
+    names = tuple(name for name in cfg.compare_with if name not in HEURISTICS)
+    return names + tuple(t for t in warm_start_teacher(cfg) if t not in names)
+
+
+def evaluate_clone(model: BaseAlgorithm, cfg: TrainConfig) -> EvalResult | None:
+    """The warm-started policy before any RL, on the held-out tasks the trained one is evaluated on (the ladder's
+    middle row, named ``clone of <source>``); ``None`` when ``cfg.eval_clone`` is off or nothing is evaluated."""
+    if not cfg.eval_clone or cfg.eval_episodes <= 0:
+        return None
+    env = make_eval_env(cfg.env_id, **(cfg.env_kwargs or {}))
+    try:
+        task_ids = heldout_task_ids(env, cfg.eval_episodes)
+        name = f"clone of {cfg.warm_start}"
+        return evaluate_model(model, env, task_ids, seed=cfg.eval_seed, name=name, progress=cfg.progress_bar)
+    finally:
+        env.close()
+
+
 def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
     """Train ``cfg.algo`` on ``cfg.env_id``, save it to ``cfg.model_path`` (plus a ``.json`` summary) and evaluate it.
 
@@ -257,9 +306,11 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
         th.set_num_threads(cfg.torch_threads)
     env = make_train_env(cfg)
     warm: dict[str, Any] = {}
+    clone_row: EvalResult | None = None
     try:
         model = make_algo(cfg, env)
         warm = apply_warm_start(model, cfg)
+        clone_row = evaluate_clone(model, cfg) if warm else None
         t0 = time.perf_counter()
         # progress_bar: SB3's bar, counting recorded steps (see RecordedStepsProgressBar)
         callbacks: list[BaseCallback] = [RecordedStepsProgressBar()] if cfg.progress_bar else []
@@ -295,8 +346,10 @@ def train(cfg: TrainConfig) -> tuple[BaseAlgorithm, TrainResult]:
             heuristics=cfg.eval_heuristics,
             progress=cfg.progress_bar,
             env_kwargs=cfg.env_kwargs,
-            extra_policies=warm_start_teacher(cfg) if cfg.eval_heuristics else (),
+            extra_policies=comparison_policies(cfg) if cfg.eval_heuristics else (),
         )
+        if clone_row is not None:  # the ladder: ..., the teacher, its clone before RL, the trained policy
+            results.insert(len(results) - 1, clone_row)
     eval_wall_s = time.perf_counter() - t1
     result = TrainResult(
         config=cfg,
