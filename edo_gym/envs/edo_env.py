@@ -853,8 +853,9 @@ class EDOEnv(gym.Env):
         """The action mask (read-only, memoised by the state it depends on), given ``cur`` (the current step).
 
         Legal: dispatches while a step is undone (with retrieval only for workers whose retriever has documents),
-        rollback and verify by a worker that has not verified it yet while a result is on the stack, replan while
-        replans are left, submit; nothing before reset or after the end."""
+        rollback and verify by a worker that has not verified it yet while a result is on the stack, verify_plan by a
+        worker that has not critiqued the current plan yet (with ``enable_plan_review``; a failed call leaves it
+        legal), replan while replans are left, submit; nothing before reset or after the end."""
         ep = self.episode
         if ep is None or ep.ended:
             key: tuple = ()
