@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import edo_gym  # noqa: F401
+from edo_gym import SCRIPTED
 from edo_gym.agents.protocol import LLMRequest
 from edo_gym.agents.simulator import SimulatedBackend
 from edo_gym.config import DeviationConfig, EDOConfig, default_workers
@@ -63,13 +63,30 @@ def test_held_out_teams_follow_the_test_split():
         assert dev["team_drawn"] and dev["team_held_out"] == held_out
 
 
-def test_off_by_default_and_then_the_team_is_the_public_one():
+def test_at_rate_zero_the_team_is_the_public_one():
+    env = gym.make("EDO-v0", **SCRIPTED).unwrapped
+    for seed in range(5):
+        env.reset(seed=seed)
+        dev = env.hidden_state()["deviations"]
+        assert not dev["team_drawn"] and dev["drift"] is None
+        assert dev["prices"] == {w.name: w.price for w in env.config.workers}
+        assert all(not w.unavailable for w in env.workers)
+
+
+def test_by_default_about_half_the_teams_are_drawn_and_a_quarter_of_the_episodes_drift():
     env = gym.make("EDO-v0").unwrapped
-    env.reset(seed=0)
-    dev = env.hidden_state()["deviations"]
-    assert not dev["team_drawn"] and dev["drift"] is None
-    assert dev["prices"] == {w.name: w.price for w in env.config.workers}
-    assert all(not w.unavailable for w in env.workers)
+    assert (env.config.deviations.team_rate, env.config.deviations.drift_rate) == (0.5, 0.25)
+    drawn = drifts = 0
+    n = 200
+    for seed in range(n):
+        env.reset(seed=seed)
+        dev = env.hidden_state()["deviations"]
+        drawn += dev["team_drawn"]
+        drifts += dev["drift"] is not None
+        if not dev["team_drawn"]:
+            assert dev["prices"] == {w.name: w.price for w in env.config.workers}
+    # binomial: 4 standard deviations either side
+    assert abs(drawn / n - 0.5) < 4 * (0.25 / n) ** 0.5 and abs(drifts / n - 0.25) < 4 * (0.1875 / n) ** 0.5
 
 
 def test_the_observation_shows_the_public_profiles_not_the_draw():

@@ -10,13 +10,20 @@ import pytest
 
 import edo_gym  # noqa: F401
 from baselines.heuristics import ObsView
+from edo_gym import SCRIPTED
 
 
-def test_off_by_default_the_action_space_is_unchanged():
+def test_on_by_default_and_when_off_the_action_space_is_the_scripted_one():
     env = gym.make("EDO-v0").unwrapped
     W = len(env.workers)
-    assert env.action_space.n == 3 * W + 3 and "plan_review" not in env.observation_space.spaces
-    assert not any(name.startswith("verify_plan") for name in env.action_names)
+    assert env.action_space.n == 4 * W + 3 and "plan_review" in env.observation_space.spaces
+    assert [name for name in env.action_names if name.startswith("verify_plan")] == [
+        f"verify_plan({w.name})" for w in env.config.workers
+    ]
+    for off in (gym.make("EDO-v0", **SCRIPTED).unwrapped, gym.make("EDO-v0", enable_plan_review=False).unwrapped):
+        assert off.action_space.n == 3 * W + 3 and "plan_review" not in off.observation_space.spaces
+        assert not any(name.startswith("verify_plan") for name in off.action_names)
+    assert not gym.make("EDO-Small-v0").unwrapped.config.enable_plan_review  # the scripted world of 0.3.0
 
 
 @pytest.mark.parametrize("decider", ["orchestrator", "worker"])
