@@ -6,12 +6,13 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-import edo_gym  # noqa: F401  (registers the ids)
 from baselines.heuristics import make_heuristic
+from edo_gym import SCRIPTED
 from edo_gym.agents.planner import fallback_plan, rule_plan
 from edo_gym.agents.protocol import LLMRequest, LLMResponse
 from edo_gym.config import default_workers, small_workers
 from edo_gym.retrieval.search import ShardRetriever
+from edo_gym.world.extra_step import has_extra_step
 from edo_gym.world.language import parse_question
 
 
@@ -34,9 +35,10 @@ def test_small_tier_settings():
 
 @pytest.mark.parametrize("env_id", ["EDO-v0", "EDO-Hard-v0"])
 def test_rule_plans_are_faithful_for_every_family_and_cost_nothing(env_id):
-    """With ``planner_mode="rules"`` every task's plan is read off its text: faithful (executed on the true facts it
-    gives the gold answer), labelled right, and no planner call is made or charged."""
-    env = gym.make(env_id, planner_mode="rules", tasks_split="test")
+    """In the scripted world (``SCRIPTED``: the canonical phrasings, no extra step) with ``planner_mode="rules"`` every
+    task's plan is read off its text: faithful (executed on the true facts it gives the gold answer), labelled right,
+    and no planner call is made or charged."""
+    env = gym.make(env_id, planner_mode="rules", tasks_split="test", **SCRIPTED)
     try:
         base = env.unwrapped
         families = set()
@@ -53,6 +55,30 @@ def test_rule_plans_are_faithful_for_every_family_and_cost_nothing(env_id):
         assert base.episode.tokens == 0  # nothing charged for the plan
     finally:
         env.close()
+
+
+def test_by_default_rules_read_every_training_text_and_no_held_out_one():
+    """With the default phrasings and extra steps, the rules read every text of the training split to a plan labelled
+    right, faithful but where the task needs the step no plan written from its text holds; every held-out phrasing of
+    the test split falls back. Either way no planner call is made."""
+    for split in ("train", "test"):
+        env = gym.make("EDO-v0", planner_mode="rules", tasks_split=split)
+        try:
+            base = env.unwrapped
+            extra = 0
+            for task_id in range(40):
+                env.reset(seed=task_id, options={"task_id": task_id})
+                hidden, task = base.hidden_state(), base.episode.task
+                if split == "test":
+                    assert base.episode.plan.source == "fallback", task.text
+                    continue
+                extra += has_extra_step(task)
+                assert base.episode.plan.source == "rules" and not any(hidden["label_wrong"]), task.text
+                assert hidden["plan_faithful"] == (not has_extra_step(task)), task.text
+            assert base.backend.calls == 0
+            assert split == "test" or extra > 0
+        finally:
+            env.close()
 
 
 def test_rule_plan_knows_only_the_task_forms():
