@@ -421,7 +421,8 @@ def fallback_plan(task_text: str) -> Plan:
       one lookup per store, then a compute step (the sum for "combined", the maximum for "highest single-store")
       over them;
     - a customer's message (a refund question): a lookup with the message, then a one-sentence reply from it;
-    - any other question: one lookup that asks it (a question stays a lookup);
+    - any other question (a text that ends with a question mark, or a question in a training frame of
+      :mod:`edo_gym.world.phrasing` such as ``"Tell me {q}."``): one lookup that asks it (a question stays a lookup);
     - anything else: one write step with the task text.
     """
     text = task_text.strip()
@@ -433,8 +434,9 @@ def fallback_plan(task_text: str) -> Plan:
         policies = RELATIONS["refund_window"].domain
         lookup = PlanStep("lookup", policies, instruction, ())
         return Plan((lookup, PlanStep("write", policies, reply_instruction("{1}"), (0,))), None, "fallback")
-    if text.endswith("?"):
-        parsed = parse_question(text)
+    # a training frame need not end with "?" ("Tell me ...", "I need to know ..."): read as the rules planner reads it
+    parsed = parse_question(text) or _read_multihop(text)
+    if text.endswith("?") or parsed is not None:
         domain = RELATIONS[parsed[0][-1]].domain if parsed is not None else DOMAINS[0]
         return Plan((PlanStep("lookup", domain, instruction, ()),), None, "fallback")
     return Plan((PlanStep("write", DOMAINS[0], instruction, ()),), None, "fallback")
