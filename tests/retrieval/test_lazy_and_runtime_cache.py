@@ -64,9 +64,12 @@ def test_lazy_batches_are_bit_identical_to_the_one_go_build(tmp_path, warm_env):
     assert not tasks.complete and not queries.complete and tasks.batches_built == 0
     env.reset(seed=0)
     assert tasks.batches_built == 1 and queries.batches_built == 0  # make + reset: one task batch, no query
-    # tasks from several batches, and the last (short) batch: features and vectors equal the one-go build's
-    last = tasks._batches[-1]
-    chosen = [int(tasks._batches[b][0]) for b in (0, 3, 7)] + [int(last[-1])]
+    # tasks from several batches, and the last (short) batch: features and vectors equal the one-go build's. The
+    # batches hold every task (ordered by text length) and a reset draws from the env's split only: each batch is
+    # entered by its first (the last batch by its last) task of that split
+    in_split = set(env.pool.ids.tolist())
+    rows_of = [tasks._batches[0], tasks._batches[3], tasks._batches[7], tasks._batches[-1][::-1]]
+    chosen = [int(next(r for r in rows if r in in_split)) for rows in rows_of]
     for tid in chosen:
         env.reset(options={"task_id": int(np.flatnonzero(env.pool.ids == tid)[0])})
         assert env.episode.task.task_id == tid
