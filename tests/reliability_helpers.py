@@ -218,7 +218,7 @@ class BrokenCollection:
 
 # -- invariants ---------------------------------------------------------------------------------------------------
 #: Trace events a step appends (one per step); ``plan_fallback`` and ``budget`` are extra events.
-STEP_EVENTS = {"dispatch", "verify", "rollback", "replan", "submit", "illegal"}
+STEP_EVENTS = {"dispatch", "verify", "verify_plan", "rollback", "replan", "submit", "illegal"}
 INFO_KEYS = {
     "action_mask",
     "is_success",
@@ -349,7 +349,7 @@ class EpisodeChecker:
         if kind == "dispatch":
             _, i, w, rec = event
             assert (i, w) == (self.current, u.decode_action(action)[1]) and rec.worker == w
-            price = cfg.workers[w].price
+            price = u.episode.team.specs[w].price  # the episode's drawn price (the public one without a team draw)
             assert (own[0], own[1]) == (rec.cost.tokens, rec.cost.calls) and math.isclose(own[2], rec.cost.latency_s)
             assert rec.cost.calls == rec.attempts == info["backend_attempts"] >= 1
             assert rec.attempts <= cfg.backend_retries + 1
@@ -377,7 +377,7 @@ class EpisodeChecker:
             assert (check.worker, check.step) == (w, self.top) and (w in u.episode.plan.verified_by[check.step]) is (
                 not check.failed
             )
-            price = cfg.workers[w].price
+            price = u.episode.team.specs[w].price
             assert (own[0], own[1]) == (check.cost.tokens, check.cost.calls) and math.isclose(own[2], check.cost.latency_s)
             assert check.cost.calls == check.attempts == info["backend_attempts"] >= 1
             assert info["call_failed"] is check.failed and info["call_error"] == check.error
@@ -388,6 +388,20 @@ class EpisodeChecker:
                 assert u.episode.plan.verdicts[check.step][-1] == check.verdict
             # whether a verifier's retrieval fault counts as a fallback is the env's call: at most one per verification
             assert (d_failed, d_retries) == (int(check.failed), check.attempts - 1) and d_fallbacks in (0, 1)
+        elif kind == "verify_plan":
+            check = event[1]
+            w = u.decode_action(action)[1]
+            plan = u.episode.plan
+            # a critic that gave a verdict may not critique this plan again; one whose call failed may
+            assert check.worker == w and (w in plan.reviewed_by) is (not check.failed)
+            price = u.episode.team.specs[w].price
+            assert (own[0], own[1]) == (check.cost.tokens, check.cost.calls) and math.isclose(own[2], check.cost.latency_s)
+            assert check.cost.calls == check.attempts == info["backend_attempts"] >= 1
+            assert info["call_failed"] is check.failed and info["call_error"] == check.error
+            assert (check.error != "") is check.failed and (check.verdict == "") is check.failed
+            assert check.failed or (check.verdict in ("ok", "flagged", "unsure") and plan.reviews[-1] == check.verdict)
+            assert (d_failed, d_retries, d_fallbacks) == (int(check.failed), check.attempts - 1, 0)
+            assert not info["retrieval_fallback"] and check.retrieved == ()
         elif kind == "replan":
             price = PLANNER_PRICE
             planner_calls = own[1] - d_retries
@@ -458,6 +472,10 @@ class EpisodeChecker:
                 u.episode.retrieval_fallbacks,
             )
             assert stats["budget_exhausted"] is ("budget" in kinds)
+            # calls to a worker the episode's drift stopped are failed calls too (and there are none without such a drift)
+            drift = u.episode.drift
+            assert stats["worker_down_calls"] == u.episode.down_calls <= u.episode.failed_calls
+            assert u.episode.down_calls == 0 or (drift is not None and drift.kind == "failure")
             assert stats["success"] is u.episode.success and stats["score"] == u.episode.score
             assert not obs["action_mask"].any()
         else:

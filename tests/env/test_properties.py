@@ -116,6 +116,10 @@ def valid_kwargs(draw, cache_dir: str):
         "seed": draw(st.sampled_from([11, 12])),
         "split": draw(st.sampled_from(TASK_SPLITS)),
         "test_fraction": draw(st.sampled_from([0.2, 0.5])),
+        # the deviations from the script, from off (0.3.0's scripted episodes) to always; the default world holds the
+        # tiered refund policies the extra step needs
+        "phrasing_rate": draw(st.sampled_from([0.0, 0.5, 1.0])),
+        "extra_step_rate": draw(st.sampled_from([0.0, 0.5, 1.0])),
     }
     error_weights = draw(st.tuples(*[weight] * len(PLANNER_ERRORS)).map(lambda w: w if sum(w) > 0.01 else (1.0, *w[1:])))
     return {
@@ -152,6 +156,13 @@ def valid_kwargs(draw, cache_dir: str):
         "max_replans": draw(st.integers(0, 3)),
         "enable_replan": draw(st.booleans()),
         "enable_verify": draw(st.sampled_from([True, True, False])),
+        "enable_plan_review": draw(st.booleans()),
+        "deviations": {
+            "team_rate": draw(st.sampled_from([0.0, 0.5, 1.0])),
+            "shard_drop_rate": draw(prob),
+            "drift_rate": draw(st.sampled_from([0.0, 0.25, 1.0])),
+            "drift_failure_share": draw(prob),
+        },
         "rollback_tokens": draw(st.integers(0, 500)),
         "entity_link_threshold": draw(st.floats(0.5, 1.0)),
         "history_len": draw(st.integers(0, 6)),
@@ -162,7 +173,7 @@ def valid_kwargs(draw, cache_dir: str):
 
 
 # the kind of each action: a legal action of that kind when there is one (else an illegal one), or any index
-ACTION_KINDS = ("dispatch", "dispatch", "dispatch", "verify", "verify", "rollback", "replan", "submit", "any")
+ACTION_KINDS = ("dispatch", "dispatch", "dispatch", "verify", "verify", "verify_plan", "rollback", "replan", "submit", "any")
 actions = st.lists(st.sampled_from(ACTION_KINDS), min_size=8, max_size=60)
 
 
@@ -173,7 +184,11 @@ def pick_action(env, kind: str, mask: np.ndarray, rng: np.random.Generator) -> i
     if kind == "dispatch":
         candidates = np.arange(u.n_dispatch)
     elif kind == "verify":
-        candidates = np.arange(u.A_VERIFY, u.A_ROLLBACK)
+        candidates = np.arange(u.A_VERIFY, u.A_VERIFY + len(u.workers))
+    elif kind == "verify_plan" and u.A_VERIFY_PLAN < u.A_ROLLBACK:  # with enable_plan_review
+        candidates = np.arange(u.A_VERIFY_PLAN, u.A_ROLLBACK)
+    elif kind == "verify_plan":
+        return int(rng.integers(u.n_actions))
     else:
         candidates = np.array([{"rollback": u.A_ROLLBACK, "replan": u.A_REPLAN, "submit": u.A_SUBMIT}[kind]])
     legal = candidates[mask[candidates] > 0]
@@ -555,7 +570,7 @@ def test_reset_options_are_validated(small_env, data):
 @given(
     action=st.one_of(
         st.integers(max_value=-1),
-        st.integers(min_value=15),
+        st.integers(min_value=19),
         st.floats(),
         st.booleans(),
         st.none(),
@@ -566,7 +581,7 @@ def test_reset_options_are_validated(small_env, data):
 def test_malformed_actions_raise_and_change_nothing(small_env, action):
     env = small_env
     env.reset(seed=0)
-    assert env.n_actions == 15  # 4 workers: 8 dispatches, 4 verifications, rollback, replan, submit
+    assert env.n_actions == 19  # 4 workers: 8 dispatches, 4 verifications, 4 plan reviews, rollback, replan, submit
     before = (env.episode.steps, len(env.episode.trace), env.episode.tokens, env.episode.illegal_actions)
     with pytest.raises(ValueError, match="action"):
         env.step(action)
