@@ -15,9 +15,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import edo_gym  # noqa: F401
 from baselines.evaluation import evaluate_heuristic
 from baselines.heuristics import OraclePolicy, StaticPipeline
+from edo_gym import SCRIPTED
 from edo_gym.agents.planner import PLAN_INSTRUCTION, REPLAN_INSTRUCTION, rule_plan
 from edo_gym.agents.protocol import LLMRequest
 from edo_gym.agents.simulator import SimulatedBackend
@@ -37,10 +37,15 @@ from edo_gym.world.language import (
 from edo_gym.world.tasks import TaskPool, apply_op
 
 ON = {"world_tiered_refunds": True, "tasks_extra_step_rate": 0.5}
-#: The default world's corpus hash and a digest of the default pool (texts, gold answers, hops, split): what every
-#: stored trajectory digest was recorded on. Tiers off must leave both as they are.
-DEFAULT_CORPUS_HASH = "1d199c6d50dbae30"
-DEFAULT_POOL_DIGEST = "83866ec4e1c721f6"
+#: The scripted world's corpus hash and a digest of its pool (texts, gold answers, hops, split; ``SCRIPTED``: tiers,
+#: extra steps and phrasings off): what the stored 0.3.0 trajectory digests were recorded on. Tiers off must leave both
+#: as they are.
+SCRIPTED_CORPUS_HASH = "1d199c6d50dbae30"
+SCRIPTED_POOL_DIGEST = "83866ec4e1c721f6"
+_SCRIPTED = EDOConfig.from_kwargs(None, **SCRIPTED)
+#: The world without tiers and a pool without extra steps (the other deviations at their defaults).
+PLAIN_WORLD = WorldConfig(tiered_refunds=False)
+PLAIN_TASKS = TaskConfig(extra_step_rate=0.0)
 
 
 def _pool_digest(pool: TaskPool) -> str:
@@ -65,17 +70,18 @@ def _ids(base, extra: bool, n: int) -> list[int]:
 
 # -- the world and the pool -----------------------------------------------------------------------------------------
 def test_off_the_corpus_and_the_pool_are_as_they_were():
-    world = World(WorldConfig())
-    assert world.corpus_hash == DEFAULT_CORPUS_HASH
+    assert WorldConfig().tiered_refunds and TaskConfig().extra_step_rate == 0.5  # on by default
+    world = World(_SCRIPTED.world)
+    assert world.corpus_hash == SCRIPTED_CORPUS_HASH
     assert not world.tiered_carriers and "tier" not in world.entities
     assert not any(rel in TIER_RELATIONS for _, rel in world.facts)
-    pool = TaskPool(world, TaskConfig())
-    assert _pool_digest(pool) == DEFAULT_POOL_DIGEST
+    pool = TaskPool(world, _SCRIPTED.tasks)
+    assert _pool_digest(pool) == SCRIPTED_POOL_DIGEST
     assert not any(has_extra_step(t) for t in pool.tasks)
 
 
 def test_tiers_restate_only_the_tiered_carriers_policies(tiered_world):
-    plain = World(WorldConfig())
+    plain = World(PLAIN_WORLD)
     carriers = plain.entities["carrier"]
     assert 0 < len(tiered_world.tiered_carriers) < len(carriers)
     for key, value in plain.facts.items():
@@ -107,7 +113,7 @@ def test_every_document_and_question_of_a_tiered_world_reads_back(tiered_world):
 
 @pytest.mark.parametrize("rate", [0.0, 0.3, 0.5, 1.0])
 def test_the_share_of_support_tasks_with_the_extra_step_follows_the_rate(tiered_world, rate):
-    plain = TaskPool(World(WorldConfig()), TaskConfig())
+    plain = TaskPool(World(PLAIN_WORLD), PLAIN_TASKS)
     pool = TaskPool(tiered_world, TaskConfig(extra_step_rate=rate))
     support = [t for t in pool.tasks if t.family == "support"]
     share = np.mean([has_extra_step(t) for t in support])
@@ -146,13 +152,18 @@ def test_rule_plan_reads_the_text_only_and_writes_the_usual_plan(tiered_world):
 
 def test_configuration_is_validated_with_a_clear_error():
     with pytest.raises(ValueError, match="tiered_refunds"):
-        EDOConfig.from_kwargs(tasks_extra_step_rate=0.5)
-    with pytest.raises(ValueError, match="max_hops"):
-        TaskConfig(extra_step_rate=0.5, min_hops=1, max_hops=1)
+        EDOConfig.from_kwargs(world_tiered_refunds=False, tasks_extra_step_rate=0.5)
     with pytest.raises(ValueError, match="extra_step_rate"):
         TaskConfig(extra_step_rate=1.5)
     with pytest.raises(ValueError, match="tiered"):
-        TaskPool(World(WorldConfig()), TaskConfig(extra_step_rate=0.5))
+        TaskPool(World(PLAIN_WORLD), TaskConfig(extra_step_rate=0.5))
+
+
+def test_a_task_with_the_extra_step_has_four_or_five_hops_whatever_max_hops_says(tiered_world):
+    pool = TaskPool(tiered_world, TaskConfig(families=("support",), min_hops=1, max_hops=1, n_tasks=200))
+    extra = [t for t in pool.tasks if has_extra_step(t)]
+    assert extra and all(t.hops in (4, 5) for t in extra)
+    assert all(t.hops == 1 for t in pool.tasks if not has_extra_step(t))
 
 
 # -- workers, verifiers, grading --------------------------------------------------------------------------------------
@@ -337,7 +348,7 @@ def test_the_replan_request_carries_the_results_found_so_far():
     # with the deviation off, a replan request is as it was: no inputs
     requests.clear()
     backend = Recording(SimulatedBackend(base.world, cfg.workers, cfg.planner, base.pool.tasks))
-    off = gym.make("EDO-Support-v0", backend=backend, world_tiered_refunds=True).unwrapped
+    off = gym.make("EDO-Support-v0", backend=backend, world_tiered_refunds=True, tasks_extra_step_rate=0.0).unwrapped
     off.reset(seed=0, options={"task_id": 0})
     off.step(0)
     off.step(off.A_REPLAN)
