@@ -1,9 +1,11 @@
 """The language deviation (:mod:`edo_gym.world.phrasing`): varied task texts, held-out compositions for the test split,
 and the rule-based planner that knows only the training phrasings.
 
-With ``TaskConfig.phrasing_rate == 0`` every text is canonical and the pool is the one without phrasing; at any rate
-the structure, gold answers and split are unchanged and grading agrees; every training text reads to its gold plan
-with :func:`rule_plan` and no held-out one reads at all; the simulated planner plans every text, canonical or not.
+With ``TaskConfig.phrasing_rate == 0`` (``SCRIPTED``) every text is canonical and the pool is the one without
+phrasing; at any rate the structure, gold answers and split are unchanged and grading agrees; every training text reads
+with :func:`rule_plan` to the plan its text asks for (the gold plan, but for a task with the extra step, whose text asks
+for the usual support plan: :func:`~edo_gym.world.extra_step.scripted_subtasks`) and no held-out one reads at all; the
+simulated planner plans every text, canonical or not.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import edo_gym  # noqa: F401  (registers the ids)
+from edo_gym import SCRIPTED
 from edo_gym.agents.planner import PlanStep, rule_plan
 from edo_gym.config import EDOConfig, TaskConfig
 from edo_gym.world import phrasing
+from edo_gym.world.extra_step import has_extra_step, scripted_subtasks
 from edo_gym.world.generator import RELATIONS, World
 from edo_gym.world.grading import entity_index, grade_final
 from edo_gym.world.language import compute_instruction, question, reply_instruction
@@ -36,9 +39,10 @@ def world() -> World:
 
 
 def gold_steps(task: Task) -> tuple[PlanStep, ...]:
-    """The gold decomposition of ``task`` as plan steps in the world's language (what a faithful planner writes)."""
+    """The decomposition ``task``'s text asks for, as plan steps in the world's language (what a faithful planner
+    writes from the text): the gold one, but for a task with the extra step (no text asks for its two revealed steps)."""
     out = []
-    for s in task.subtasks:
+    for s in scripted_subtasks(task) if has_extra_step(task) else task.subtasks:
         if s.kind == "lookup":
             assert s.relation is not None
             about = s.literal if s.literal is not None else f"{{{s.deps[0] + 1}}}"
@@ -70,8 +74,8 @@ def core_parts(c: Composition) -> list[Part]:
 
 
 def test_rate_zero_is_the_canonical_pool_and_any_rate_keeps_structure_answers_and_split(world):
-    assert TaskConfig().phrasing_rate == 0.0
-    canonical = TaskPool(world, TaskConfig())
+    assert TaskConfig().phrasing_rate == 1.0 and EDOConfig.from_kwargs(None, **SCRIPTED).tasks.phrasing_rate == 0.0
+    canonical = TaskPool(world, TaskConfig(phrasing_rate=0.0))
     assert canonical.compositions == [None] * len(canonical.tasks)
     # the canonical texts are what tasks.py writes: the first frame and synonyms of each table are its templates
     for rel, parts in phrasing.SYNONYMS.items():
@@ -102,7 +106,7 @@ def test_rate_zero_is_the_canonical_pool_and_any_rate_keeps_structure_answers_an
 
 def test_grading_does_not_depend_on_the_phrasing(world):
     """The gold answer is the structure's, and grading reads the same entity names off either text."""
-    canonical = TaskPool(world, TaskConfig(min_hops=1, max_hops=6))
+    canonical = TaskPool(world, TaskConfig(min_hops=1, max_hops=6, phrasing_rate=0.0))
     pool = TaskPool(world, TaskConfig(min_hops=1, max_hops=6, phrasing_rate=1.0))
     index = entity_index(world)
     answers = [t.answer for t in canonical.tasks]
@@ -259,7 +263,7 @@ def test_the_simulated_planner_plans_every_phrasing_and_the_rules_planner_only_t
     reads the training split's texts and falls back on every held-out one."""
     kwargs = {"tasks_split": "all", "planner_malformed_rate": 0.5}  # malformed replies: some plans are repaired
     varied = gym.make("EDO-v0", tasks={"phrasing_rate": 1.0}, **kwargs)
-    plain = gym.make("EDO-v0", **kwargs)
+    plain = gym.make("EDO-v0", tasks_phrasing_rate=0.0, **kwargs)
     try:
         a, b = varied.unwrapped, plain.unwrapped
         sources = Counter()
