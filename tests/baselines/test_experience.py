@@ -207,7 +207,7 @@ def test_concurrent_warm_starts_record_the_dataset_once(minari_dir):
 
 def test_train_from_a_text_reading_teacher_tables_the_teacher(minari_dir, tmp_path):
     """edo train --text-features --warm-start plan_check_text: the probe it cloned is evaluated beside the heuristics
-    on the same tasks (on an env that offers the text), between them and the trained policy."""
+    on the same tasks (on an env that offers the text), between them and its clone before RL, then the trained policy."""
     from baselines.training import train
 
     cfg = TrainConfig(algo="grpo", total_timesteps=256, n_envs=2, group_size=2, groups_per_rollout=2, batch_size=64,
@@ -215,7 +215,7 @@ def test_train_from_a_text_reading_teacher_tables_the_teacher(minari_dir, tmp_pa
                       env_kwargs={"text_features": True}, output_dir=str(tmp_path), progress_bar=False)  # fmt: skip
     _, result = train(cfg)
     names = [r.policy for r in result.results]
-    assert names[-2:] == ["plan_check_text", "grpo"] and "rule_based" in names
+    assert names[-3:] == ["plan_check_text", "clone of plan_check_text", "grpo"] and "rule_based" in names
     assert "plan_check_text: reads the task and plan text" in result.table
     with pytest.raises(ValueError, match="not hand-written policies"):
         from baselines.training.run import evaluate_with_heuristics
