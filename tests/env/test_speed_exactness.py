@@ -10,6 +10,9 @@
 - longer seeded runs (5,000 steps of EDO-v0, and runs with non-default options, a six-worker team, backend faults
   and retriever faults) hash to stored digests, with every ``info`` key.
 
+Each run is stored twice: with ``SCRIPTED`` (0.3.0's dynamics, digests recorded on 0.3.0 that must never change) and on
+the 0.4.0 defaults (the deviations from the script and ``verify_plan`` on).
+
 The digests hash every value exactly but the task embedding in the observation, whose last bits depend on the CPU
 (the embedding model's matrix kernels): its sum over the run is compared to a relative 1e-5. A perturbation of the
 model's vectors larger than what separates two CPUs changes no hashed value (checked when they were recorded).
@@ -24,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import edo_gym  # noqa: F401
+from edo_gym import SCRIPTED
 from edo_gym.agents.planner import PLAN_FORMAT, PLAN_INSTRUCTION, PLANNER_SYSTEM
 from edo_gym.agents.simulator import SimulatedBackend
 from edo_gym.agents.worker import plan_request
@@ -105,10 +108,27 @@ def reference_observation(env: Any) -> dict[str, np.ndarray]:
         for k, a in enumerate(reversed(env.episode.history)):
             hist[k, a] = 1.0
         obs["history"] = hist
+    if cfg.enable_plan_review:
+        obs["plan_review"] = reference_plan_review(env)
     if cfg.focus_view:
         obs.update(reference_focus_view(env, sub))
     obs["action_mask"] = mask
     return obs
+
+
+def reference_plan_review(env: Any) -> np.ndarray:
+    """``plan_review`` recomputed from the episode's trace: the critiques that gave a verdict since the plan was made."""
+    verdicts: list[str] = []
+    for entry in env.episode.trace:
+        if entry[0] in ("plan", "replan"):
+            verdicts = []
+        elif entry[0] == "verify_plan" and not entry[1].failed:
+            verdicts.append(entry[1].verdict)
+    review = np.zeros(O.PLAN_REVIEW_FEATURES, dtype=np.float32)
+    if verdicts:
+        review[_VERDICT_CODE[verdicts[-1]] - 1] = 1.0
+        review[3] = min(1.0, len(verdicts) / len(env.workers))
+    return review
 
 
 def reference_focus_view(env: Any, sub: np.ndarray) -> dict[str, np.ndarray]:
@@ -162,8 +182,9 @@ def _assert_same_obs(obs: dict[str, np.ndarray], ref: dict[str, np.ndarray], whe
         {"retrieval_decider": "worker", "history_len": 0},
         {"enable_verify": False, "max_replans": 4},
         {"focus_view": False},
+        SCRIPTED,
     ],
-    ids=["default", "worker-decides", "no-verify", "no-focus-view"],
+    ids=["default", "worker-decides", "no-verify", "no-focus-view", "scripted"],
 )
 def test_incremental_observation_equals_a_full_recomputation(kwargs: dict[str, Any]) -> None:
     env = gym.make("EDO-v0", **kwargs)
@@ -186,6 +207,7 @@ def test_incremental_observation_equals_a_full_recomputation(kwargs: dict[str, A
             _assert_same_obs(obs, reference_observation(base), f"step {t} (end)")
             obs, info = env.reset()
     expected = {"dispatch", "rollback", "replan", "submit", "illegal"} | ({"verify"} if base.config.enable_verify else set())
+    expected |= {"verify_plan"} if base.config.enable_plan_review else set()
     assert expected <= kinds
 
 
@@ -240,11 +262,20 @@ def _update(h: Any, x: Any) -> None:
         h.update(f"{type(x).__name__}:{x!r}".encode())
 
 
-#: :class:`RunDigest` of ``seeded_run_digest(400)`` on the 0.3.0 dynamics (key-value grading, no
-#: ``info["anchor_key"]``). The same on the last
+#: :class:`RunDigest` of ``seeded_run_digest(400, scripted=True)`` on the 0.3.0 dynamics (key-value grading, no
+#: ``info["anchor_key"]``), which ``SCRIPTED`` gives back. The same on the last
 #: version that reproduced the earlier digests (which hashed the task embedding's bits too, and held on an AMD EPYC
 #: only), on an Intel Xeon, and with the model's vectors perturbed by a relative 3e-6 (fresh caches).
 SEEDED_RUN_DIGEST: tuple[str, float] = ("e95121834dfc62ef0285551e995daceb4f6af0d414ac87226fd3471689408fd3", 4640.023050272837)
+#: :class:`RunDigest` of ``seeded_run_digest(400)`` on the 0.4.0 defaults (the deviations and ``verify_plan`` on; every
+#: ``info`` key hashed).
+DEFAULT_SEEDED_RUN_DIGEST: tuple[str, float] = (
+    "a7927288aebf318010719440c9f0eaf110021610df9582064b5972abdb2379b4",
+    4544.945222958129,
+)
+#: ``info["episode_stats"]`` keys added in 0.4.0 after the 0.3.0 digests were recorded: not hashed in the scripted
+#: runs, where they must be 0 (no drift stops a worker there).
+STATS_ADDED_IN_0_4_0 = ("worker_down_calls",)
 
 
 class RunDigest(NamedTuple):
@@ -272,10 +303,18 @@ def _dynamics(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in obs.items() if k not in O.FOCUS_KEYS and k != "task"}
 
 
-def _run_digest(env: Any, steps: int, rng_seed: int, reset_seed: int, skip: tuple[str, ...] = ()) -> RunDigest:
+def _run_digest(
+    env: Any,
+    steps: int,
+    rng_seed: int,
+    reset_seed: int,
+    skip: tuple[str, ...] = (),
+    skip_stats: tuple[str, ...] = (),
+) -> RunDigest:
     """Hash of observations (without the pointer-free view and the task embedding), rewards, flags and ``info`` (but
-    the ``skip`` keys) of a seeded run of random (mostly legal) actions, resetting at episode ends with a fresh seed
-    half of the time, and the sum of the task embedding's absolute values over the run's observations."""
+    the ``skip`` keys, and the ``skip_stats`` keys of ``episode_stats``, which must be 0) of a seeded run of random
+    (mostly legal) actions, resetting at episode ends with a fresh seed half of the time, and the sum of the task
+    embedding's absolute values over the run's observations."""
     rng = np.random.default_rng(rng_seed)
     h = hashlib.sha256()
     task_l1 = 0.0
@@ -293,6 +332,10 @@ def _run_digest(env: Any, steps: int, rng_seed: int, reset_seed: int, skip: tupl
         action = int(rng.integers(env.action_space.n)) if rng.random() < 0.05 else int(legal[rng.integers(len(legal))])
         obs, reward, terminated, truncated, info = env.step(action)
         observe(obs)
+        if skip_stats:
+            stats = dict(info["episode_stats"])
+            assert all(stats.pop(k) == 0 for k in skip_stats), info["episode_stats"]
+            info = {**info, "episode_stats": stats}
         for x in (reward, terminated, truncated, {k: v for k, v in info.items() if k not in skip}):
             _update(h, x)
         if terminated or truncated:
@@ -302,15 +345,21 @@ def _run_digest(env: Any, steps: int, rng_seed: int, reset_seed: int, skip: tupl
     return RunDigest(h.hexdigest(), task_l1)
 
 
-def seeded_run_digest(steps: int) -> RunDigest:
-    """:func:`_run_digest` of EDO-v0 (``info["is_success"]`` came after the digest was recorded; test_envs.py checks it)."""
-    return _run_digest(gym.make("EDO-v0"), steps, rng_seed=123, reset_seed=7, skip=("is_success",))
+def seeded_run_digest(steps: int, scripted: bool = False) -> RunDigest:
+    """:func:`_run_digest` of EDO-v0, on its defaults or with ``SCRIPTED`` (then without what came after the 0.3.0
+    digest was recorded: ``info["is_success"]``, which test_envs.py checks, and :data:`STATS_ADDED_IN_0_4_0`)."""
+    if scripted:
+        env = gym.make("EDO-v0", **SCRIPTED)
+        return _run_digest(env, steps, rng_seed=123, reset_seed=7, skip=("is_success",), skip_stats=STATS_ADDED_IN_0_4_0)
+    return _run_digest(gym.make("EDO-v0"), steps, rng_seed=123, reset_seed=7)
 
 
-def test_a_seeded_run_matches_its_stored_digest() -> None:
-    assert seeded_run_digest(400).matches(SEEDED_RUN_DIGEST), (
+@pytest.mark.parametrize("scripted", [True, False], ids=["scripted", "default"])
+def test_a_seeded_run_matches_its_stored_digest(scripted: bool) -> None:
+    stored = SEEDED_RUN_DIGEST if scripted else DEFAULT_SEEDED_RUN_DIGEST
+    assert seeded_run_digest(400, scripted).matches(stored), (
         "a seeded EDO-v0 run changed: a speed-up is not exact, or the environment's dynamics changed on purpose "
-        "(then record the new digest here)"
+        "(then record the new digest here; the scripted one holds 0.3.0's dynamics and must not change)"
     )
 
 
@@ -362,10 +411,10 @@ DIGEST_RUNS: dict[str, tuple[str, dict[str, Any], int, float | None]] = {
     ),
 }
 
-#: :class:`RunDigest` of ``full_run_digest(name)`` per run of ``DIGEST_RUNS`` (every ``info`` key is hashed), in pure
-#: Python on the 0.3.0 dynamics (the two runs with backend faults also with the fallback plan of the task's shape, which
-#: only episodes whose planner calls failed use), recorded as ``SEEDED_RUN_DIGEST``: a speed change to the env must
-#: leave them as they are.
+#: :class:`RunDigest` of ``full_run_digest(name, scripted=True)`` per run of ``DIGEST_RUNS`` (every ``info`` key is
+#: hashed but :data:`STATS_ADDED_IN_0_4_0`), in pure Python on the 0.3.0 dynamics (the two runs with backend faults also
+#: with the fallback plan of the task's shape, which only episodes whose planner calls failed use), recorded as
+#: ``SEEDED_RUN_DIGEST``: a speed change to the env must leave them as they are.
 FULL_RUN_DIGESTS: dict[str, tuple[str, float]] = {
     "default-5000": ("bd91f73f07107847fb3d0d2f5918b5d1cb58231cba87598b991d2171fd02e806", 56773.1916460596),
     "options": ("f35a4ad9ce11fe17f6939816c2d53b2f53bb7c48a91b1d95f99cfef2f347750b", 66509.73263733757),
@@ -374,14 +423,24 @@ FULL_RUN_DIGESTS: dict[str, tuple[str, float]] = {
 }
 
 
-def full_run_digest(name: str) -> RunDigest:
+#: :class:`RunDigest` of ``full_run_digest(name)`` on the 0.4.0 defaults (every ``info`` key hashed).
+DEFAULT_FULL_RUN_DIGESTS: dict[str, tuple[str, float]] = {
+    "default-5000": ("9b1e15ddf9a06486530b3f282514f411b5b893e863fac709f0c033ac3964f032", 56563.44437602606),
+    "options": ("5e53f7d055e9b7ce9ee216b9a6f674c42adf66aa8371a6e91530220e83fb04de", 67676.79850901468),
+    "hard-six-workers-faults": ("c6d356ab55f91697cf2437eca19f148792becdd7a8e0dd38857c4ec50d2a546e", 44662.862430228386),
+    "support-no-verify-faults": ("28fd7df3c670bc3782eb94647e9413d42831ceae1f0786466648fee004430a86", 46489.52680253523),
+}
+
+
+def full_run_digest(name: str, scripted: bool = False) -> RunDigest:
     """Hash of observations, rewards, flags and all of ``info`` of the seeded run ``DIGEST_RUNS[name]`` (random, mostly
-    legal actions; a ``FaultyBackend`` around the env's own simulator when a fault rate is given)."""
+    legal actions; a ``FaultyBackend`` around the env's own simulator when a fault rate is given), on the id's defaults
+    or with ``SCRIPTED`` (then without :data:`STATS_ADDED_IN_0_4_0`)."""
     from edo_gym.config import EDOConfig
     from tests.reliability_helpers import FailingRetriever, FaultyBackend, simulated_backend
 
     env_id, kwargs, steps, fault_rate = DIGEST_RUNS[name]
-    kwargs = dict(kwargs)
+    kwargs = {**SCRIPTED, **kwargs} if scripted else dict(kwargs)
     if kwargs.get("workers") == "six":
         kwargs["workers"] = _extra_workers()
     failing_retrievers = kwargs.pop("failing_retrievers", False)
@@ -394,15 +453,18 @@ def full_run_digest(name: str) -> RunDigest:
         workers[0].retriever = FailingRetriever(workers[0].retriever, "raise", rate=0.3, seed=1)
         workers[2].retriever = FailingRetriever(workers[2].retriever, "bad_ids", rate=0.3, seed=2)
     try:
-        return _run_digest(env, steps, rng_seed=321, reset_seed=17)
+        return _run_digest(env, steps, rng_seed=321, reset_seed=17, skip_stats=STATS_ADDED_IN_0_4_0 if scripted else ())
     finally:
         env.close()
 
 
+@pytest.mark.parametrize("scripted", [True, False], ids=["scripted", "default"])
 @pytest.mark.parametrize("name", list(DIGEST_RUNS))
-def test_longer_seeded_runs_match_their_stored_digests(name: str) -> None:
-    assert full_run_digest(name).matches(FULL_RUN_DIGESTS[name]), (
-        f"seeded run {name!r} changed: a speed-up is not exact, or the dynamics changed on purpose (then re-record it)"
+def test_longer_seeded_runs_match_their_stored_digests(name: str, scripted: bool) -> None:
+    stored = FULL_RUN_DIGESTS[name] if scripted else DEFAULT_FULL_RUN_DIGESTS[name]
+    assert full_run_digest(name, scripted).matches(stored), (
+        f"seeded run {name!r} changed: a speed-up is not exact, or the dynamics changed on purpose (then re-record it; "
+        "the scripted runs hold 0.3.0's dynamics and must not change)"
     )
 
 
