@@ -47,18 +47,18 @@ prepare: $(STAMP)  ## embed ahead of time what EDO-v0 runs will need (disk cache
 $(PREPARED): $(STAMP) $(shell find edo_gym -name '*.py')
 	$(BIN)/edo prepare && touch $(PREPARED) || echo "make: edo prepare failed (see above); runs work, their first steps are slower" >&2
 
-# GRPO on EDO-v0 with the tuned defaults (those of baselines.training.TrainConfig, spelled out here) and the levers
-# of benchmarks/study_levers.py that read only what an orchestrator sees: the text features in the observation and a
-# warm start by behaviour cloning on 2,000 recorded episodes of the text-reading plan_check_text policy (a Minari
-# dataset, recorded at the first run, then reused), then 300k steps of GRPO, then the held-out table next to the
-# heuristics (README, Quickstart); a first run on a machine also embeds the corpus. The privileged plan check
-# (plan_check=True: a rule-based planner's plan, free) is not used. --overwrite: a rerun replaces runs/grpo_EDO-v0_0.
-# Override with e.g. `make train TRAIN_ARGS="--seed 1 --no-progress"`.
+# GRPO on EDO-v0 from a team's own logs: 2,000 recorded episodes of the static pipeline (what a team running a fixed
+# pipeline already has; a Minari dataset, recorded at the first run, then reused) cloned into the policy with an
+# entropy bonus (so that RL has different episodes to compare), then 1M steps of GRPO on the observation with the text
+# features, then the held-out table next to the hand-written policies, with the ladder (the pipeline, its clone before
+# RL, the trained policy) against the best of them (README, Quickstart); a first run on a machine also embeds the
+# corpus. The privileged plan check (plan_check=True: a rule-based planner's plan, free) is not used. --overwrite: a
+# rerun replaces runs/grpo_EDO-v0_0. Override with e.g. `make train TRAIN_ARGS="--seed 1 --no-progress"`.
 TRAIN_ARGS ?=
-train: $(PREPARED)  ## warm-start GRPO from a text reader's episodes, train it on EDO-v0 (300k steps), print the held-out table
-	$(BIN)/edo train --algo grpo --env EDO-v0 --timesteps 300000 --seed 0 --n-envs 16 --net-arch 128,128 \
-		--learning-rate 1e-4 --ent-coef 0.01 --group-size 8 --groups-per-rollout 16 --batch-size 512 --n-epochs 4 \
-		--scale-rewards none --loss-type bnpo --text-features --warm-start plan_check_text \
+train: $(PREPARED)  ## clone GRPO from the static pipeline's logs, train it on EDO-v0 (1M steps), print the held-out table
+	$(BIN)/edo train --algo grpo --env EDO-v0 --timesteps 1000000 --seed 0 --n-envs 16 --net-arch 128,128 \
+		--learning-rate 3e-4 --ent-coef 0.02 --group-size 8 --groups-per-rollout 16 --batch-size 512 --n-epochs 4 \
+		--scale-rewards none --loss-type bnpo --text-features --warm-start static_pipeline --bc-ent-coef 0.2 \
 		--output-dir runs --tensorboard-dir runs/tb --eval-episodes 200 --overwrite $(TRAIN_ARGS)
 
 # pytest exits 5 when it collects nothing: a broken suite, reported as a failure with a clear message.

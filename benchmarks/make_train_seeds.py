@@ -4,12 +4,14 @@ Each run is a fresh ``edo train`` process with ``make train``'s arguments (:data
 its 200-episode evaluation) and one ``--seed``. Its own summary (config, time breakdown, the table), with the machine
 it ran on, is kept as ``seed<s>.json`` in the output directory; a run whose file is there is not run again, so an
 interrupted sweep resumes where it stopped. Then ``make_train_seeds.md`` tabulates every summary in the directory:
-GRPO's held-out success per run, and its median, mean and range over seeds. ``--summarise-only`` writes the table
+GRPO's held-out success per run beside the clone of the warm start before RL and the best hand-written policy of the
+same table (observation only: the oracle excluded), and over seeds GRPO's median, mean and range and its median lead
+over that policy. ``--summarise-only`` writes the table
 from the summaries there without training.
 
 Usage::
 
-    python -m benchmarks.make_train_seeds                          # seeds 0-3 (~5 min)
+    python -m benchmarks.make_train_seeds                          # seeds 0-3 (~16 min)
     python -m benchmarks.make_train_seeds --seeds 0 1 --timesteps 30000
     python -m benchmarks.make_train_seeds --summarise-only         # the table from the finished runs
 
@@ -31,10 +33,14 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from baselines.experience import demonstrators
 from benchmarks.bench_lib import REPO
 from benchmarks.common import RESULTS_DIR, machine_line, write_json_atomic, write_text_atomic
 from benchmarks.train_throughput import TRAIN_ARGS as MAKE_TRAIN_ARGS
 from benchmarks.train_throughput import without_options
+
+#: Names of the hand-written policies a table may hold (the heuristics and the probes)
+HAND_WRITTEN = frozenset(demonstrators())
 
 #: ``make train``'s arguments (train_throughput's copy of the Makefile's) less those each run sets: the seed and the
 #: evaluation (here ``make train``'s own 200 episodes)
@@ -75,9 +81,13 @@ def load_runs(out_dir: Path) -> list[dict[str, Any]]:
         if "grpo" not in rows:
             raise SystemExit(f"{path} has no grpo row in its results (an evaluation with 0 episodes?)")
         config = data["config"]
-        runs.append({"file": path.name, "seed": config["seed"], "machine": data.get("machine"), "grpo": rows["grpo"], "static": rows.get("static_pipeline"), "rule_based": rows.get("rule_based"),
-                     "plan_check_text": rows.get("plan_check_text"),
-                     "steps": data["num_timesteps"],
+        hand = [row for name, row in rows.items() if name in HAND_WRITTEN and not row.get("uses_hidden_state")]
+        best = max(hand, key=lambda row: (row["success_rate"], row["mean_return"])) if hand else None
+        clone = next((row for name, row in rows.items() if name.startswith("clone of ")), None)
+        runs.append({"file": path.name, "seed": config["seed"], "machine": data.get("machine"), "grpo": rows["grpo"],
+                     "static": rows.get("static_pipeline"), "rule_based": rows.get("rule_based"),
+                     "plan_check_text": rows.get("plan_check_text"), "clone": clone, "best": best,
+                     "steps": data["num_timesteps"], "warm_start": config.get("warm_start"),
                      "train_wall_s": data["train_wall_s"], "date_utc": data.get("date_utc", "?")})  # fmt: skip
     return sorted(runs, key=lambda r: r["seed"])
 
@@ -94,24 +104,33 @@ def markdown(runs: list[dict[str, Any]], command: str) -> str:
         f"{min(r['date_utc'] for r in runs)} to {max(r['date_utc'] for r in runs)}), evaluated on the same 200 held-out "
         "tasks (eval seed 0).",
         "",
-        "| seed | GRPO success (95% CI) | mean return | tokens/ep | env steps | training s |",
-        "|---|---|---|---|---|---|",
+        "| seed | GRPO success (95% CI) | mean return | tokens/ep | clone before RL | best hand-written | GRPO lead, "
+        "success / return | env steps | training s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        g = r["grpo"]
+        g, c, b = r["grpo"], r["clone"], r["best"]
+        clone = f"{c['success_rate']:.3f}" if c else "-"
+        best = f"{b['policy']} {b['success_rate']:.3f} / {b['mean_return']:+.3f}" if b else "-"
+        lead = f"{g['success_rate'] - b['success_rate']:+.3f} / {g['mean_return'] - b['mean_return']:+.3f}" if b else "-"
         lines.append(f"| {r['seed']} | {g['success_rate']:.3f} ({g['success_ci95'][0]:.2f}-{g['success_ci95'][1]:.2f}) | "
-                     f"{g['mean_return']:+.3f} | {g['tokens']:.0f} | {r['steps']:,} | {r['train_wall_s']:.1f} |")  # fmt: skip
+                     f"{g['mean_return']:+.3f} | {g['tokens']:.0f} | {clone} | {best} | {lead} | {r['steps']:,} | "
+                     f"{r['train_wall_s']:.1f} |")  # fmt: skip
     values = [r["grpo"]["success_rate"] for r in runs]
     returns = [r["grpo"]["mean_return"] for r in runs]
+    leads = [r["grpo"]["success_rate"] - r["best"]["success_rate"] for r in runs if r["best"]]
     lines += [
         "",
-        "| runs | median GRPO success | mean | range | median GRPO return |",
-        "|---|---|---|---|---|",
+        "| runs | median GRPO success | mean | range | median GRPO return | median lead over the best hand-written |",
+        "|---|---|---|---|---|---|",
         f"| {len(values)} | {statistics.median(values):.3f} | {statistics.mean(values):.3f} | "
-        f"{min(values):.3f}-{max(values):.3f} | {statistics.median(returns):+.3f} |",
+        f"{min(values):.3f}-{max(values):.3f} | {statistics.median(returns):+.3f} | "
+        + (f"{statistics.median(leads):+.3f} |" if leads else "- |"),
     ]
-    for key, name in (("static", "static pipeline"), ("rule_based", "rule_based policy"),
-                      ("plan_check_text", "text-reading plan_check_text policy (the warm start's teacher)")):  # fmt: skip
+    teacher = runs[0].get("warm_start") if runs else None
+    for key, name in (("static", "static pipeline" + (" (the warm start's teacher)" if teacher == "static_pipeline" else "")),
+                      ("rule_based", "rule_based policy"),
+                      ("plan_check_text", "text-reading plan_check_text policy")):  # fmt: skip
         rows = {(r[key]["success_rate"], r[key]["mean_return"]) for r in runs if r.get(key)}
         if rows:
             figures = ", ".join(f"{s:.3f} success and {m:+.3f} return" for s, m in sorted(rows))
@@ -122,7 +141,7 @@ def markdown(runs: list[dict[str, Any]], command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
-    parser.add_argument("--timesteps", type=int, default=300_000, help="training steps per run (make train: 300k)")
+    parser.add_argument("--timesteps", type=int, default=1_000_000, help="training steps per run (make train: 1M)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR / "make_train_seeds")
     parser.add_argument("--summarise-only", action="store_true", help="write the table from the runs in --out-dir, train none")
     args = parser.parse_args(argv)

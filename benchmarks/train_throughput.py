@@ -55,9 +55,8 @@ from benchmarks.common import machine_line, median_iqr, write_results
 TARGET = 0.35
 #: ``make train``'s arguments (Makefile, target ``train``), evaluation off.
 TRAIN_ARGS = ["--algo", "grpo", "--env", "EDO-v0", "--seed", "0", "--n-envs", "16", "--net-arch", "128,128",
-              "--learning-rate", "1e-4", "--ent-coef", "0.01", "--group-size", "8", "--groups-per-rollout", "16",
-              "--batch-size", "512", "--n-epochs", "4", "--scale-rewards", "none", "--loss-type", "bnpo",
-              "--text-features", "--warm-start", "plan_check_text",
+              "--learning-rate", "3e-4", "--ent-coef", "0.02", "--group-size", "8", "--groups-per-rollout", "16", "--batch-size", "512", "--n-epochs", "4", "--scale-rewards", "none",
+              "--loss-type", "bnpo", "--text-features", "--warm-start", "static_pipeline", "--bc-ent-coef", "0.2",
               "--eval-episodes", "0", "--no-progress"]  # fmt: skip
 
 
@@ -200,7 +199,7 @@ def warm_rate(cache_dir: Path, warmup: int, steps: int, repeats: int) -> dict[st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2, help="alternated (training, env alone) pairs")
-    parser.add_argument("--timesteps", type=int, default=300_000, help="training steps (make train: 300k)")
+    parser.add_argument("--timesteps", type=int, default=300_000, help="training steps (make train: 1M)")
     parser.add_argument("--warmup", type=int, default=150_000, help="env-alone warm-up steps (as env_throughput.py)")
     parser.add_argument("--steps", type=int, default=20_000, help="env-alone steps per timed window")
     parser.add_argument("--repeats-warm", type=int, default=5, help="env-alone timed windows (median)")

@@ -127,6 +127,32 @@ def test_behaviour_cloning_fits_the_demonstrations(minari_dir, algo):
         env.close()
 
 
+def test_an_entropy_bonus_keeps_the_clone_of_a_fixed_pipeline_exploring(minari_dir):
+    """bc_ent_coef: the clone still takes the pipeline's action most often, with more probability left on the others
+    than a plain clone leaves (what GRPO needs: episodes of a group that differ); a negative bonus is refused."""
+    import torch as th
+
+    record_dataset("edo_test/static-v0", "static_pipeline", episodes=40, progress=False)
+    demos = load_demonstrations("edo_test/static-v0")
+    env = gym.make("EDO-v0")
+    try:
+        entropy = {}
+        for coef in (0.0, 0.3):
+            th.manual_seed(0)
+            model = make_algo(TrainConfig(algo="grpo", batch_size=64), env)
+            stats = behaviour_clone(model.policy, demos, epochs=30, batch_size=64, learning_rate=3e-3, ent_coef=coef)
+            assert stats["accuracy"] > 0.9, (coef, stats)
+            obs = {k: th.as_tensor(v) for k, v in demos.observations.items()}
+            with th.no_grad():
+                dist = model.policy.get_distribution(obs, action_masks=th.as_tensor(demos.action_masks))
+                entropy[coef] = float(dist.entropy().mean())
+        assert entropy[0.3] > 2 * entropy[0.0], entropy
+        with pytest.raises(ValueError, match="ent_coef must be >= 0"):
+            behaviour_clone(model.policy, demos, epochs=1, ent_coef=-0.1)
+    finally:
+        env.close()
+
+
 def test_cloning_checks_the_observation_layout(minari_dir):
     record_dataset("edo_test/old-v0", "static_pipeline", episodes=2, env_kwargs={"focus_view": False}, progress=False)
     demos = load_demonstrations("edo_test/old-v0")

@@ -134,9 +134,12 @@ def test_train_save_evaluate_round_trip(algo, tmp_path):
     )
     if algo in ("grpo", "gigpo"):  # EDO's observations carry the action mask: read there, not through env_method
         assert model.action_mask_key == "action_mask"
-    # four heuristics then the model, on the same 4 held-out tasks
-    assert [r.policy for r in result.results] == [*HEURISTICS, algo]
+    # the heuristics, the text reader compared with (compare_with), the warm start's clone before RL, then the model,
+    # on the same 4 held-out tasks
+    assert [r.policy for r in result.results] == [*HEURISTICS, "plan_check_text", f"clone of {cfg.warm_start}", algo]
     assert all(r.episodes == 4 for r in result.results)
+    assert f"clone before RL {result.results[-2].success_rate:.3f}" in result.summary
+    assert "best hand-written policy" in result.summary and "oracle" not in result.summary
     assert "| policy |" in result.table and f"| {algo} |" in result.table
 
     assert infer_algo(result.model_path) == algo
@@ -325,6 +328,8 @@ def test_cli_argument_errors(argv, message, capsys):
         (["--learning-rate", "-1"], "learning_rate must be > 0"),
         (["--eval-episodes", "-1"], "eval_episodes must be an int >= 0"),
         (["--group-size", "1"], "group_size must be an int >= 2"),
+        (["--bc-ent-coef", "-0.1"], "bc_ent_coef must be a number >= 0"),
+        (["--compare-with", "plan_check_text,nope"], "compare_with names ['nope'], which are not hand-written policies"),
     ],
 )
 def test_cli_bad_settings_are_refused_by_train_config(argv, message, tmp_path, capsys):
@@ -339,6 +344,19 @@ def test_cli_train_defaults_are_train_config_defaults():
     from baselines.cli import train_config_from_args
 
     assert train_config_from_args(build_parser().parse_args(["train"])) == TrainConfig()
+
+
+def test_cli_compare_with_reads_a_list_of_names_or_none():
+    from baselines.cli import train_config_from_args
+
+    def parsed(*argv: str) -> TrainConfig:
+        return train_config_from_args(build_parser().parse_args(["train", *argv]))
+
+    assert TrainConfig().compare_with == ["plan_check_text"] and TrainConfig().warm_start == "static_pipeline"
+    assert parsed("--compare-with", "none").compare_with == []
+    assert parsed("--compare-with", "plan_check_text,rule_based").compare_with == ["plan_check_text", "rule_based"]
+    with pytest.raises(SystemExit):
+        parsed("--compare-with", "a,,b")
 
 
 def test_cli_unknown_env_is_reported(tmp_path, capsys):
