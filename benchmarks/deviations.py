@@ -1,7 +1,9 @@
 """Every hand-written policy and the oracle per deviation kind, on training-like and held-out tasks.
 
 For each deviation kind (none, ``phrasing``, ``team``, ``drift``, ``extra_step``, and all of them at once) the env is
-made with that kind at rate 1.0 (``extra_step``: every support task whose carrier has a tiered refund policy) and evaluated on two splits: ``train`` (training tasks, training phrasings and team draws) and
+made from the scripted world (:data:`edo_gym.SCRIPTED`: every rate at 0, no plan review) with that kind alone at rate 1.0
+(``extra_step``: every support task whose carrier has a tiered refund policy), and ``default`` is EDO-v0 as registered
+(each kind at its default rate, ``verify_plan(w)`` on); each is evaluated on two splits: ``train`` (training tasks, training phrasings and team draws) and
 ``test`` (held-out tasks: held-out phrasings, team draws outside the training range). Each policy's drop from
 ``train`` to ``test`` is reported, and the oracle's lead over the best observation-only policy on ``test``.
 
@@ -16,7 +18,9 @@ Results: ``benchmarks/results/deviations.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +32,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import edo_gym  # noqa: E402, F401
 from baselines.evaluation import evaluate_heuristic  # noqa: E402
 from baselines.probes import PROBES, TEXT_PROBES  # noqa: E402
-from benchmarks.common import machine_line, write_results  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_line, write_results  # noqa: E402
 from benchmarks.env_validity import policy  # noqa: E402
+from edo_gym import __version__  # noqa: E402
+from edo_gym.registration import SCRIPTED  # noqa: E402
 
-#: Env settings per deviation kind (each at rate 1.0).
+#: Env settings per deviation kind: each alone at rate 1.0 on top of the scripted world (``none``: that world), all of
+#: them at rate 1.0, and the registered defaults.
 KINDS: dict[str, dict[str, Any]] = {
     "none": {},
     "phrasing": {"tasks_phrasing_rate": 1.0},
@@ -45,6 +52,7 @@ KINDS: dict[str, dict[str, Any]] = {
         "world_tiered_refunds": True,
         "tasks_extra_step_rate": 1.0,
     },
+    "default": {},
 }
 HEURISTIC_ROWS = ("static_pipeline", "rule_based", "greedy_router")
 
@@ -55,7 +63,8 @@ def _policies() -> list[str]:
 
 def evaluate_kind(kind: str, split: str, n_tasks: int, seeds: list[int]) -> dict[str, dict[str, float]]:
     """Success rate and mean return of every policy, averaged over ``seeds``, on ``n_tasks`` tasks of ``split``."""
-    env = gym.make("EDO-v0", tasks_split=split, info_text=True, **KINDS[kind])
+    settings = KINDS[kind] if kind == "default" else {**SCRIPTED, **KINDS[kind]}
+    env = gym.make("EDO-v0", tasks_split=split, info_text=True, **settings)
     ids = list(range(min(n_tasks, env.unwrapped.num_tasks)))
     rows: dict[str, dict[str, float]] = {}
     for name in _policies():
@@ -86,12 +95,30 @@ def summarize(table: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[
     return out
 
 
+def previous_kinds(out_dir: Path, tasks: int, seeds: list[int]) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """The kinds of the results file in ``out_dir`` measured with the same ``tasks`` and ``seeds`` (empty when there is
+    none or it differs), and when and on which version each was measured."""
+    path = out_dir / "deviations.json"
+    if not path.is_file():
+        return {}, {}
+    data = json.loads(path.read_text())
+    if data.get("tasks") != tasks or data.get("seeds") != seeds:
+        return {}, {}
+    table = {kind: value for kind, value in data.get("table", {}).items() if kind in KINDS}
+    default = {"date_utc": data.get("date_utc", "?"), "edo_gym_version": data.get("edo_gym_version", "?")}
+    measured = {kind: data.get("measured", {}).get(kind, default) for kind in table}
+    return table, measured
+
+
 def markdown(table: dict[str, Any], summary: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         "# Policies per deviation kind, training-like and held-out tasks",
         "",
         f"`python -m benchmarks.deviations --tasks {args.tasks} --seeds {' '.join(map(str, args.seeds))}` "
-        f"({machine_line()}). Each kind at rate 1.0; success / mean return over {args.tasks} tasks per split and seed.",
+        f"({machine_line()}). Each kind alone at rate 1.0 on the scripted world (edo_gym.SCRIPTED), all of them at "
+        f"rate 1.0, and EDO-v0's defaults (`default`); success / mean return over {args.tasks} tasks per split and seed. "
+        "A kind measured by an earlier run with the same tasks and seeds is kept from it (`measured` in the JSON says "
+        "when and on which version each kind was measured).",
         "",
     ]
     policies = _policies()
@@ -124,11 +151,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tasks < 1:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
-    table = {
-        kind: {split: evaluate_kind(kind, split, args.tasks, args.seeds) for split in ("train", "test")} for kind in args.kinds
-    }
+    # kinds measured before with the same tasks and seeds are kept (one kind can be rerun or added alone), each with
+    # the date and version it was measured on
+    table, measured = previous_kinds(args.out_dir or RESULTS_DIR, args.tasks, args.seeds)
+    for kind in args.kinds:
+        table[kind] = {split: evaluate_kind(kind, split, args.tasks, args.seeds) for split in ("train", "test")}
+        measured[kind] = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "edo_gym_version": __version__}
+    table = {kind: table[kind] for kind in KINDS if kind in table}
     summary = summarize(table)
-    payload = {"tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary}
+    payload = {"tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary, "measured": measured}
     json_path, md_path = write_results("deviations", payload, markdown(table, summary, args), out_dir=args.out_dir)
     print(markdown(table, summary, args))
     print(f"wrote {json_path} and {md_path}")

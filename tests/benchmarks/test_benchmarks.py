@@ -990,7 +990,7 @@ def test_the_deviations_table_reports_each_policys_drop_and_the_oracles_lead(tmp
 
     from benchmarks.deviations import KINDS, main
 
-    assert set(KINDS) >= {"none", "phrasing", "team", "drift", "extra_step", "all"}
+    assert set(KINDS) >= {"none", "phrasing", "team", "drift", "extra_step", "all", "default"}
     assert main(["--tasks", "4", "--kinds", "none", "team", "--out-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "deviations.json").read_text())
     assert set(result["table"]) == {"none", "team"} and (tmp_path / "deviations.md").exists()
@@ -1003,3 +1003,11 @@ def test_the_deviations_table_reports_each_policys_drop_and_the_oracles_lead(tmp
         best = summary["best_hand_written_on_test"]
         assert best != "oracle" and all(test[best]["success"] >= v["success"] for k, v in test.items() if k != "oracle")
         assert summary["oracle_lead_success"] == pytest.approx(test["oracle"]["success"] - test[best]["success"])
+    # a later run of another kind with the same tasks and seeds adds it, keeping the kinds measured before
+    first = result["table"]["none"]
+    assert main(["--tasks", "4", "--kinds", "default", "--out-dir", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "deviations.json").read_text())
+    assert list(merged["table"]) == ["none", "team", "default"] and merged["table"]["none"] == first
+    assert set(merged["measured"]) == {"none", "team", "default"}
+    assert main(["--tasks", "5", "--kinds", "team", "--out-dir", str(tmp_path)]) == 0  # other tasks: a new table
+    assert list(json.loads((tmp_path / "deviations.json").read_text())["table"]) == ["team"]
