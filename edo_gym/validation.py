@@ -14,7 +14,10 @@ of the episodes and reports its ROC AUC on the other half:
 - ``team_drawn``: whether the episode's team was drawn away from the public profiles (``DeviationConfig.team_rate``),
   logged when the plan has just been made;
 - ``drift_pending``: whether a worker will drift later in the episode (``DeviationConfig.drift_rate``), logged at
-  every decision point before the drift's onset (after it, the drifted answers are evidence the policy earned).
+  every decision point before the drift's onset (after it, the drifted answers are evidence the policy earned);
+- ``extra_step``: whether a support task needs the step its text does not show (``TaskConfig.extra_step_rate``),
+  logged when the plan has just been made, on support tasks only (the family is public: over all tasks it would
+  tell support tasks apart, not the extra step).
 
 Each variable is logged at the decision point where a policy would want it and has not yet paid to learn it: once
 steps run, their answers (abstentions, odd values) legitimately tell a broken plan apart, which is evidence the
@@ -39,6 +42,7 @@ HIDDEN_TARGETS: tuple[str, ...] = (
     "plan_faithful_any_point",
     "team_drawn",
     "drift_pending",
+    "extra_step",
 )
 
 
@@ -106,6 +110,8 @@ def collect(
             rows["team_drawn"].append(float(deviations["team_drawn"]) if fresh_plan else np.nan)
             drift = deviations["drift"]
             rows["drift_pending"].append(float(drift is not None) if drift is None or not drift["active"] else np.nan)
+            support = base.episode.task.family == "support"
+            rows["extra_step"].append(float(deviations["extra_step"] is not None) if fresh_plan and support else np.nan)
             if rng.random() < random_share:
                 action = int(rng.choice(np.flatnonzero(obs["action_mask"])))
             else:
