@@ -16,7 +16,8 @@ Sections:
   group well below it.
 - ``template_probe``: per family and answer kind, the share of gold-template answers with a wrong key value that the
   grader passes (must be 0) and of right values in other phrasings it passes (should be 1).
-- ``info_leak``: held-out AUC of plan faithfulness at reset from ``info`` with the task pool, next to the observation's.
+- ``info_leak``: held-out AUC of plan faithfulness at reset from ``info`` with the task pool, next to the task's public
+  facts alone and the observation's (means over ``--seeds`` draws of resets).
 - ``causal``: the oracle's success as is, when every retriever returns random documents of its shard
   (``oracle_shuffled_retrieval``: retrieval must matter), when every gold document's value is overwritten
   (``oracle_corrupted_gold``: the documents are what workers read), and ``corrupted_answers_follow_documents``, the
@@ -226,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     planner = planner_auc(train_env, 1000, args.seed)
     rule = make_heuristic("rule_based")
     leak = leak_aucs(collect(train_env, rule.act, rule.reset, args.leak_episodes, seed=args.seed), seed=args.seed)
-    info_leak = info_leak_aucs(train_env, args.leak_episodes, seed=args.seed)
+    # over as many reset draws as the policy table has seeds (one draw's AUCs move by a few hundredths)
+    draws = [info_leak_aucs(train_env, args.leak_episodes, seed=args.seed + 1000 * k) for k in range(args.seeds)]
+    info_leak = {key: float(np.mean([d[key] for d in draws])) for key in draws[0]}
+    info_leak["draws"] = float(len(draws))
 
     print("reward scale by hops and by id ...", flush=True)
     scale_policies = ["oracle", "rule_based", "static_pipeline", "random", "submit_at_once"]
@@ -265,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         "headroom_text": groups["text"]["success_gap"] >= TARGETS["headroom_success_min"]
         and groups["text"]["return_gap"] >= TARGETS["headroom_return_min"],
         "template_wrong_value_fails": all(t["wrong_value_success"] == 0.0 for t in templates.values()),
-        "info_leak": info_leak["info_and_pool"] <= info_leak["observation"] + TARGETS["info_leak_auc_margin"],
+        # info may tell what the task's public facts tell (its family, and how many steps its text asks for), or the
+        # observation, whichever tells more: nothing beyond
+        "info_leak": info_leak["info_and_pool"]
+        <= max(info_leak["observation"], info_leak["task_alone"]) + TARGETS["info_leak_auc_margin"],
     }
     budget_random = policies["random"]["budget_hit_rate"]
     payload = {
@@ -346,8 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         "read a later step)",
         "- leak AUCs (observation without paid verdicts -> hidden variable, logistic regression, held-out episodes): "
         + ", ".join(f"{k} {v['auc']:.3f}" for k, v in leak.items()),
-        f"- plan faithfulness at reset from `info` with the task pool: AUC {info_leak['info_and_pool']:.3f}; from the "
-        f"observation: {info_leak['observation']:.3f} ({info_leak['n']:.0f} resets)",
+        f"- plan faithfulness at reset from `info` with the task pool: AUC {info_leak['info_and_pool']:.3f}; from the task's "
+        f"public facts alone (family, hop count and plan length as its text shows them): {info_leak['task_alone']:.3f}; "
+        f"from the observation: {info_leak['observation']:.3f} (mean of {info_leak['draws']:.0f} draws of "
+        f"{info_leak['n']:.0f} resets)",
         f"- random policy episodes that hit the token budget: {budget_random:.2f}",
         "",
         "## Mean return by hop count",

@@ -175,8 +175,8 @@ def leak_aucs(rows: dict[str, list], seed: int = 0) -> dict[str, dict[str, float
 
 def info_pool_features(info: dict[str, Any], pool: Any) -> np.ndarray:
     """What a policy could compute from ``info`` alone with the task pool in hand: every plain value of ``info`` (numbers
-    as they are, strings and arrays by a checksum), and for ``info["task_id"]`` the pool's task (family, hop count, gold
-    plan length). The features of :func:`info_leak_aucs`."""
+    as they are, strings and arrays by a checksum), and for ``info["task_id"]`` the pool's task as its text shows it
+    (:func:`public_task_features`). The features of :func:`info_leak_aucs`."""
     import zlib
 
     values: list[float] = []
@@ -188,9 +188,20 @@ def info_pool_features(info: dict[str, Any], pool: Any) -> np.ndarray:
             values.append(zlib.crc32(value.encode()) / 2**32)
         elif isinstance(value, np.ndarray):
             values.append(zlib.crc32(np.ascontiguousarray(value).tobytes()) / 2**32)
+    return np.concatenate([np.asarray(values, dtype=np.float64), public_task_features(info, pool)])
+
+
+def public_task_features(info: dict[str, Any], pool: Any) -> np.ndarray:
+    """The pool's task of ``info["task_id"]`` as its text shows it: family, hop count and plan length; for a task with
+    the hidden extra step, those of the plan its text asks for (the extra step itself is hidden state, like the gold
+    answer the pool also holds)."""
+    from edo_gym.world.extra_step import has_extra_step, scripted_subtasks
+
     task = pool.tasks[int(pool.ids[int(info["task_id"])])]
     family = [float(task.family == f) for f in ("support", "multihop", "analytics")]
-    return np.asarray([*values, *family, float(task.hops), float(len(task.subtasks))], dtype=np.float64)
+    steps = scripted_subtasks(task) if has_extra_step(task) else task.subtasks
+    hops = task.hops - (len(task.subtasks) - len(steps))
+    return np.asarray([*family, float(hops), float(len(steps))], dtype=np.float64)
 
 
 def info_leak_aucs(env: Any, episodes: int, seed: int = 0) -> dict[str, float]:
@@ -202,15 +213,17 @@ def info_leak_aucs(env: Any, episodes: int, seed: int = 0) -> dict[str, float]:
     "unfaithful_rate": rate}``."""
     base = env.unwrapped
     info_x: list[np.ndarray] = []
+    task_x: list[np.ndarray] = []
     obs_x: list[np.ndarray] = []
     faithful: list[float] = []
     for ep in range(episodes):
         obs, info = env.reset(seed=seed + ep)
         info_x.append(info_pool_features(info, base.pool))
+        task_x.append(public_task_features(info, base.pool))
         obs_x.append(flatten(obs))
         faithful.append(float(base.hidden_state()["plan_faithful"]))
     out: dict[str, float] = {"n": float(episodes), "unfaithful_rate": 1.0 - float(np.mean(faithful))}
-    for name, x in (("info_and_pool", info_x), ("observation", obs_x)):
+    for name, x in (("info_and_pool", info_x), ("task_alone", task_x), ("observation", obs_x)):
         rows = {"episode": list(range(episodes)), "x": x, **{t: [np.nan] * episodes for t in HIDDEN_TARGETS}}
         rows["plan_faithful"] = faithful
         out[name] = leak_aucs(rows, seed=seed)["plan_faithful"]["auc"]

@@ -290,13 +290,15 @@ def test_right_template_wrong_value_never_succeeds_in_any_family(base):
         assert row["right_value_success"] == 1.0, (key, row)
 
 
-@pytest.mark.parametrize("kwargs", [SCRIPTED, NO_EXTRA_STEP], ids=["scripted", "default-no-extra-step"])
+@pytest.mark.parametrize("kwargs", [SCRIPTED, NO_EXTRA_STEP, {}], ids=["scripted", "default-no-extra-step", "default"])
 def test_info_with_the_task_pool_tells_no_more_about_the_plan_than_the_observation(kwargs):
     """No plan signature or gold-derived key in ``info``: with the task pool, ``info`` predicts plan faithfulness at
-    reset no better than the observation does (held-out AUC within 0.02). (The pool's gold plan length tells a task
-    with the extra step, whose first plan is unfaithful whatever the planner does: such tasks are left out here.)"""
+    reset no better than the observation or the task's public facts do (held-out AUC within 0.02). On the defaults the
+    public facts tell much (a support task whose text hides the extra step has an unfaithful first plan whatever the
+    planner does, and half the support tasks are such), and the pool's features of a task are those its text shows:
+    without that, the pool's gold plan length would name the tasks with the extra step."""
     aucs = info_leak_aucs(gym.make("EDO-v0", **kwargs), episodes=300, seed=5)
-    assert aucs["info_and_pool"] <= aucs["observation"] + 0.02, aucs
+    assert aucs["info_and_pool"] <= max(aucs["observation"], aucs["task_alone"]) + 0.02, aucs
 
 
 def test_fuzzy_entity_linking_recovers_drifted_names_and_rejects_strangers():
