@@ -43,8 +43,8 @@ from benchmarks.train_throughput import without_options
 HAND_WRITTEN = frozenset(demonstrators())
 
 #: ``make train``'s arguments (train_throughput's copy of the Makefile's) less those each run sets: the seed and the
-#: evaluation (here ``make train``'s own 200 episodes)
-TRAIN_ARGS = [*without_options(MAKE_TRAIN_ARGS, {"--seed", "--eval-episodes"}), "--eval-episodes", "200"]
+#: evaluation (``--eval-episodes``: ``make train``'s own 200 by default)
+TRAIN_ARGS = without_options(MAKE_TRAIN_ARGS, {"--seed", "--eval-episodes"})
 #: Where a run's files go while it runs, as its summary names it (the directory is gone once the run is kept)
 TEMPORARY = "<temporary>"
 
@@ -53,12 +53,13 @@ def run_name(seed: int) -> str:
     return f"seed{seed}"
 
 
-def train_run(seed: int, timesteps: int, out_dir: Path) -> Path:
+def train_run(seed: int, timesteps: int, out_dir: Path, eval_episodes: int = 200) -> Path:
     """One ``edo train`` process; its summary is moved into ``out_dir`` only once complete (nothing partial). The
     summary's paths into the run's temporary output directory are written as :data:`TEMPORARY`."""
     path = out_dir / f"{run_name(seed)}.json"
     with tempfile.TemporaryDirectory() as tmp:
-        args = [*TRAIN_ARGS, "--timesteps", str(timesteps), "--seed", str(seed), "--output-dir", tmp]
+        args = [*TRAIN_ARGS, "--eval-episodes", str(eval_episodes), "--timesteps", str(timesteps), "--seed", str(seed),
+                "--output-dir", tmp]  # fmt: skip
         proc = subprocess.run([sys.executable, "-m", "baselines.cli", "train", *args], cwd=REPO, capture_output=True,
                               text=True)  # fmt: skip
         if proc.returncode != 0:
@@ -96,13 +97,17 @@ def markdown(runs: list[dict[str, Any]], command: str) -> str:
     """The table of ``runs`` (:func:`load_runs`): one row per seed, then GRPO's median, mean and range over seeds and
     the heuristics' figures on the same tasks; ``command`` is the command that trains them."""
     machines = sorted({r["machine"] or machine_line() for r in runs})
+    # the steps asked for (GRPO overshoots them by less than a rollout)
+    steps = {int(round(r["steps"], -5)) for r in runs}
+    episodes = sorted({r["grpo"]["episodes"] for r in runs})
     lines = [
-        "# `make train` across seeds",
+        "# `make train` across seeds"
+        + ("" if steps == {1_000_000} else f" ({', '.join(f'{n:,}' for n in sorted(steps))} steps)"),
         "",
         f"{'; '.join(machines)}. Command: `{command}`. Each run: `edo train` with `make train`'s arguments and its seed "
         "(the command and the date are in its `.json`; runs from "
-        f"{min(r['date_utc'] for r in runs)} to {max(r['date_utc'] for r in runs)}), evaluated on the same 200 held-out "
-        "tasks (eval seed 0).",
+        f"{min(r['date_utc'] for r in runs)} to {max(r['date_utc'] for r in runs)}), evaluated on the same "
+        f"{'/'.join(map(str, episodes))} held-out tasks (eval seed 0).",
         "",
         "| seed | GRPO success (95% CI) | mean return | tokens/ep | clone before RL | best hand-written | GRPO lead, "
         "success / return | env steps | training s |",
@@ -142,11 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--timesteps", type=int, default=1_000_000, help="training steps per run (make train: 1M)")
+    parser.add_argument(
+        "--eval-episodes", type=int, default=200, help="held-out tasks each run is evaluated on (make train: 200)"
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR / "make_train_seeds")
     parser.add_argument("--summarise-only", action="store_true", help="write the table from the runs in --out-dir, train none")
     args = parser.parse_args(argv)
     if any(s < 0 for s in args.seeds):
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
+    if args.eval_episodes < 1:
+        parser.error(f"--eval-episodes must be >= 1, got {args.eval_episodes}")
     if args.timesteps < 1:
         parser.error(f"--timesteps must be >= 1, got {args.timesteps}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -157,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{k}/{len(todo)}] seed {seed}: done before ({path.name})", flush=True)
             continue
         print(f"[{k}/{len(todo)}] seed {seed}: edo train ({args.timesteps:,} steps) ...", flush=True)
-        train_run(seed, args.timesteps, args.out_dir)
+        train_run(seed, args.timesteps, args.out_dir, args.eval_episodes)
     runs = load_runs(args.out_dir)
     if not runs:
         raise SystemExit(f"no run summaries (seed<s>.json) in {args.out_dir}")
