@@ -789,42 +789,48 @@ def test_train_throughput_tiny_run(tmp_path):
 
 
 def test_make_train_seeds_tabulates_every_run_and_skips_finished_ones(tmp_path, monkeypatch):
-    """The table reads every run summary in the directory (seed, GRPO's row); a run whose summary is there is not
-    trained again, the others are, each once; ``--summarise-only`` trains none and writes the same table."""
+    """The table reads every run summary in the directory (seed, GRPO's row, the clone before RL, the best hand-written
+    policy, the oracle left out); a run whose summary is there is not trained again, the others are, each once;
+    ``--summarise-only`` trains none and writes the same table."""
     import benchmarks.make_train_seeds as mts
 
     def summary(seed: int, success: float) -> dict:
-        grpo = {"policy": "grpo", "success_rate": success, "success_ci95": [success - 0.05, success + 0.05],
+        grpo = {"policy": "grpo", "episodes": 300, "success_rate": success, "success_ci95": [success - 0.05, success + 0.05],
                 "mean_return": 0.5, "tokens": 700.0}  # fmt: skip
-        static = {"policy": "static_pipeline", "success_rate": 0.57, "mean_return": 0.4}
-        return {"config": {"seed": seed}, "results": [static, grpo], "num_timesteps": 300_000, "train_wall_s": 31.0,
-                "machine": "a 2-core test machine"}  # fmt: skip
+        static = {"policy": "static_pipeline", "success_rate": 0.27, "mean_return": 0.4}
+        text = {"policy": "plan_check_text", "success_rate": 0.45, "mean_return": 0.3}
+        oracle = {"policy": "oracle", "success_rate": 0.8, "mean_return": 1.2, "uses_hidden_state": True}
+        clone = {"policy": "clone of static_pipeline", "success_rate": 0.26, "mean_return": 0.39}
+        return {"config": {"seed": seed, "warm_start": "static_pipeline"}, "results": [static, oracle, text, clone, grpo],
+                "num_timesteps": 1_000_123, "train_wall_s": 31.0, "machine": "a 2-core test machine"}  # fmt: skip
 
     (tmp_path / "seed0.json").write_text(json.dumps(summary(0, 0.6)))
     trained = []
 
-    def fake_train_run(seed, timesteps, out_dir):
-        trained.append((seed, timesteps))
+    def fake_train_run(seed, timesteps, out_dir, eval_episodes=200):
+        trained.append((seed, timesteps, eval_episodes))
         path = out_dir / f"{mts.run_name(seed)}.json"
         path.write_text(json.dumps(summary(seed, 0.4 + 0.1 * seed)))
         return path
 
     monkeypatch.setattr(mts, "train_run", fake_train_run)
-    assert mts.main(["--seeds", "0", "1", "--timesteps", "500", "--out-dir", str(tmp_path)]) == 0
-    assert trained == [(1, 500)]
+    assert mts.main(["--seeds", "0", "1", "--timesteps", "500", "--eval-episodes", "300", "--out-dir", str(tmp_path)]) == 0
+    assert trained == [(1, 500, 300)]
     md = (tmp_path / "make_train_seeds.md").read_text()
     assert md.startswith(
         "# `make train` across seeds\n\na 2-core test machine. Command: `python -m benchmarks.make_train_seeds"
     )
-    assert "| 0 | 0.600 (0.55-0.65) |" in md and "| 1 | 0.500 (0.45-0.55) |" in md
+    assert "evaluated on the same 300 held-out tasks" in md
+    assert "| 0 | 0.600 (0.55-0.65) | +0.500 | 700 | 0.260 | plan_check_text 0.450 / +0.300 | +0.150 / +0.200 |" in md
+    assert "| 1 | 0.500 (0.45-0.55) |" in md
     assert (
-        "| 2 | 0.550 | 0.550 | 0.500-0.600 |" in md
-        and "The static pipeline on the same tasks: 0.570 success and +0.400 return." in md
+        "| 2 | 0.550 | 0.550 | 0.500-0.600 | +0.500 | +0.100 |" in md
+        and "The static pipeline (the warm start's teacher) on the same tasks: 0.270 success and +0.400 return." in md
     )
     (tmp_path / "make_train_seeds.md").unlink()
     assert mts.main(["--seeds", "0", "1", "2", "--summarise-only", "--out-dir", str(tmp_path)]) == 0
-    assert trained == [(1, 500)] and (tmp_path / "make_train_seeds.md").read_text() == md.replace(
-        "make_train_seeds --seeds 0 1 --timesteps 500", "make_train_seeds --seeds 0 1 2"
+    assert trained == [(1, 500, 300)] and (tmp_path / "make_train_seeds.md").read_text() == md.replace(
+        "make_train_seeds --seeds 0 1 --timesteps 500 --eval-episodes 300", "make_train_seeds --seeds 0 1 2"
     )
     (tmp_path / "seed5.json").write_text(json.dumps({**summary(5, 0.5), "results": []}))
     with pytest.raises(SystemExit, match="has no grpo row"):
