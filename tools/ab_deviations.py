@@ -1,7 +1,8 @@
 """A/B of the deviations from the script: the warm step's cost with each kind switched on, side by side.
 
-One process makes EDO-v0 with no deviation and with each kind at rate 1.0 (``phrasing``, ``team``, ``drift``,
-``extra_step``, ``plan_review``: ``verify_plan`` actions in the action space), warms each up with random legal actions,
+One process makes EDO-v0 with no deviation (the scripted world, ``edo_gym.SCRIPTED``), with each kind alone at rate
+1.0 on it (``phrasing``, ``team``, ``drift``, ``extra_step``, ``plan_review``: ``verify_plan`` actions in the action
+space) and as registered (``default``: every kind at its default rate), warms each up with random legal actions,
 then times them in alternated rounds (process CPU time, ``--steps`` random legal steps per arm and round). Each arm's
 rate is divided by the no-deviation arm's in the same round; the median and range over rounds are reported. A kind
 that makes episodes differ (other answers, other first-seen queries) pays for that realism here too.
@@ -26,12 +27,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import edo_gym  # noqa: E402, F401
 from benchmarks.common import machine_line, write_results  # noqa: E402
 from benchmarks.deviations import KINDS  # noqa: E402
+from edo_gym.registration import SCRIPTED  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"  # tools write here, apart from benchmarks/results
-#: The deviation kinds of ``benchmarks.deviations`` (each at rate 1.0), less their sum, and the paid plan check.
+#: The deviation kinds of ``benchmarks.deviations`` (each alone at rate 1.0 on the scripted world), less their sum,
+#: the paid plan check alone, and EDO-v0's defaults (every kind at its default rate, the plan check on).
 ARMS: dict[str, dict[str, Any]] = {
-    **{kind: kwargs for kind, kwargs in KINDS.items() if kind != "all"},
-    "plan_review": {"enable_plan_review": True},
+    **{kind: {**SCRIPTED, **kwargs} for kind, kwargs in KINDS.items() if kind not in ("all", "default")},
+    "plan_review": {**SCRIPTED, "enable_plan_review": True},
+    "default": {},
 }
 
 
