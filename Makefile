@@ -134,7 +134,7 @@ throughput: $(STAMP)  ## env steps/s vs CartPole, cold/warm start, retrieval lat
 # suite goes on after an interruption or in a later session. BENCH_ARGS adds runner flags, e.g.
 # BENCH_ARGS="--only study_horizon" or "--summarise-only" (summaries from the finished runs, missing ones listed).
 BENCH_ARGS ?=
-bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 300k steps) and every study at full budget (many hours; resumable)
+bench: $(STAMP)  ## full suite: GRPO vs PPO (5 seeds x 500k steps) and every study at full budget (many hours; resumable)
 	$(BIN)/python -m benchmarks.run_suite $(BENCH_ARGS)
 
 bench-quick: $(STAMP)  ## reduced suite into benchmarks/results/quick (about 15-20 minutes on 2 idle CPU cores)

@@ -14,19 +14,19 @@ success. Heuristic policies are evaluated on the same task set for reference.
 
 Usage::
 
-    python -m benchmarks.grpo_vs_ppo                 # full: 5 seeds x 4 algorithms x 300k steps, tuned ent_coef each
-    python -m benchmarks.grpo_vs_ppo --quick         # reduced: 2 seeds x 40k steps, 60 tasks (make bench-quick)
-    python -m benchmarks.grpo_vs_ppo --ent-coef-from none   # full tier with every algorithm's class default ent_coef
+    python -m benchmarks.grpo_vs_ppo                    # full: 5 seeds x 4 algorithms x 500k steps, 200 tasks
+    python -m benchmarks.grpo_vs_ppo --setup scratch    # the same from scratch (no warm start)
+    python -m benchmarks.grpo_vs_ppo --quick            # reduced: 2 seeds x 40k steps, 60 tasks (make bench-quick)
 
-Setup (``--setup``): by default (``levers``) every algorithm trains with the best configuration of ``study_levers.py``,
-the one ``make train`` uses: the text features and the plan check in the observation (``text_features=True``,
-``plan_check=True``) and a warm start by behaviour cloning on 2,000 recorded episodes of ``plan_check_text`` (a
-hand-written policy that reads the plan text). ``--setup train-defaults`` trains each with ``TrainConfig``'s defaults
-instead (the default observation, a warm start on ``rule_based``'s episodes).
+Setup (``--setup``): by default (``make-train``) every algorithm trains with ``make train``'s settings: the text
+features in the observation, a warm start by behaviour cloning on 2,000 recorded episodes of the static pipeline (the
+logs a team running a pipeline already has, ``bc_ent_coef=0.2``), learning rate 3e-4 and ``ent_coef=0.02`` for every
+algorithm. ``--setup scratch`` is the same without the warm start; ``--setup train-defaults`` trains with
+``TrainConfig``'s defaults; ``--setup levers`` is the configuration of EDO-Gym 0.3.0 (the privileged plan check in the
+observation, a warm start on ``plan_check_text``'s episodes), kept to reproduce old results, used in no headline figure.
 
-Entropy coefficients: the full tier trains each algorithm with the coefficient ``tune_ent_coef.py`` chose for it
-(``benchmarks/results/tune_ent_coef.json``, committed; ``--ent-coef-from PATH`` for another sweep), so that no
-algorithm wins by tuning; the quick and smoke tiers use the class defaults.
+Entropy coefficients: every algorithm gets the setup's ``ent_coef`` unless ``--ent-coef-from PATH`` names an
+entropy sweep of ``tune_ent_coef.py`` (``benchmarks/results/tune_ent_coef.json``), whose per-algorithm choice then wins.
 
 Results: ``benchmarks/results/grpo_vs_ppo.{json,md}`` and ``grpo_vs_ppo_curves.png`` (or ``--out-dir``); one
 record per run in ``records/grpo_vs_ppo/`` (finished runs are skipped when the command is run again).
@@ -52,25 +52,42 @@ ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
 #: The best learned policy should beat the strongest observation-only heuristic by this much.
 RULE_BASED_MARGIN = 0.05
 TARGETS = {"params_ratio_max": 0.55, "success_gap_max": 0.02, "time_to_target_ratio_max": 0.6}
-#: ``--setup``: a description, the env options and the training overrides (besides ``net_arch`` and ``ent_coef``) that
-#: every algorithm gets. ``levers`` is the best configuration of ``study_levers.py``.
+#: ``--setup``: a description, the env options and the training overrides (besides ``net_arch``) that every algorithm
+#: gets. ``make-train`` is ``make train``'s configuration (the default); ``levers`` is 0.3.0's, with the privileged plan
+#: check, kept only to reproduce old results.
+MAKE_TRAIN_OVERRIDES: dict[str, Any] = {"learning_rate": 3e-4, "ent_coef": 0.02, "scale_rewards": "none"}
 SETUPS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "make-train": (
+        "make train's: the text features, a warm start cloned from the static pipeline's logs (bc_ent_coef 0.2), "
+        "learning rate 3e-4, ent_coef 0.02",
+        {"text_features": True},
+        {"warm_start": "static_pipeline", "bc_ent_coef": 0.2, **MAKE_TRAIN_OVERRIDES},
+    ),
+    "scratch": (
+        "from scratch: make train's settings without a warm start (text features, learning rate 3e-4, ent_coef 0.02)",
+        {"text_features": True},
+        {"warm_start": None, **MAKE_TRAIN_OVERRIDES},
+    ),
+    "train-defaults": ("TrainConfig's defaults: the default observation, a warm start on the static pipeline's logs", {}, {}),
     "levers": (
-        "the text features and the plan check in the observation, a warm start on plan_check_text's episodes",
+        "EDO-Gym 0.3.0's levers: the text features and the privileged plan check in the observation, a warm start on "
+        "plan_check_text's episodes",
         {"text_features": True, "plan_check": True},
         {"warm_start": "plan_check_text"},
     ),
-    "train-defaults": ("TrainConfig's defaults: the default observation, a warm start on rule_based's episodes", {}, {}),
 }
+#: The setup every study trains with unless ``--setup`` says otherwise.
+DEFAULT_SETUP = "make-train"
 
 
 def setup_option(what: str) -> Option:
-    """The ``--setup`` option (default ``levers``) of a study whose runs train with one of :data:`SETUPS`."""
+    """The ``--setup`` option (default ``make-train``) of a study whose runs train with one of :data:`SETUPS`."""
     return Option(
         "--setup",
-        "levers",
-        f"what {what} trains with: 'levers' (text features, plan check, warm start on plan_check_text; make train's) "
-        "or 'train-defaults' (TrainConfig's)",
+        DEFAULT_SETUP,
+        f"what {what} trains with: 'make-train' (make train's settings, warm start on the static pipeline's logs), "
+        "'scratch' (the same without a warm start), 'train-defaults' (TrainConfig's) or 'levers' (0.3.0's, with the "
+        "privileged plan check)",
         choices=tuple(SETUPS),
     )
 
@@ -428,7 +445,7 @@ def plot(cfg: StudyConfig, payload: dict[str, Any], path: Path) -> None:
 STUDY = Study(
     name=NAME,
     doc=__doc__,
-    budgets=Tiered(full=Budget(300_000, (0, 1, 2, 3, 4), 100), quick=Budget(40_000, (0, 1), 60), smoke=Budget(300, (0,), 3)),
+    budgets=Tiered(full=Budget(500_000, (0, 1, 2, 3, 4), 200), quick=Budget(40_000, (0, 1), 60), smoke=Budget(300, (0,), 3)),
     algos=Tiered(full=ALGOS, quick=ALGOS, smoke=("grpo", "ppo")),
     options=(
         Option("--eval-every", None, "env steps between held-out evaluations (default: timesteps / 8)", type=int),
@@ -437,8 +454,9 @@ STUDY = Study(
         setup_option("every algorithm"),
         Option(
             "--ent-coef-from",
-            Tiered(full=TUNED_ENT_COEFS, quick=None, smoke=None),
-            "tune_ent_coef.json: train each algorithm with its tuned ent_coef ('none': class defaults)",
+            None,
+            f"an entropy sweep's result ({TUNED_ENT_COEFS}): train each algorithm with its tuned ent_coef "
+            "(default: the setup's ent_coef for every algorithm)",
         ),
     ),
     points=points,

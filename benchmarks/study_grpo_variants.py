@@ -2,8 +2,7 @@
 
 One factor at a time around the default GRPO of ``baselines.training.TrainConfig`` (whatever its group size,
 std normalisation, KL coefficient and supervision are; the table header prints them), on EDO-v0, with the same env-step budget, seeds and
-held-out tasks for every variant, all with ``--setup`` (default ``levers``: ``make train``'s text features, plan check
-and warm start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s):
+held-out tasks for every variant, all with ``--setup`` (default ``make-train``: ``make train``'s settings, a warm start cloned from the static pipeline's logs; see ``grpo_vs_ppo.SETUPS``):
 
 - group size G = 4, 8, 16, with the number of groups per rollout scaled so that every rollout has the same
   number of episodes as the default (so only the grouping changes, not the batch);

@@ -5,8 +5,7 @@ groups have no successful member, and the only signal left in a group is the spr
 trains GRPO, GiGPO, PPO and MaskablePPO (GRPO and PPO in the quick tier) on multihop-only tasks with exactly ``h`` hops
 (``tasks={"families": ["multihop"], "min_hops": h, "max_hops": h}``) for h = 2..12, with the same env-step
 budget and seeds at every h, and evaluates each model on the first ``eval_episodes`` held-out tasks. Every learned
-run trains with ``--setup`` (default ``levers``: ``make train``'s text features, plan check and warm start on
-``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s). The oracle, rule-based, greedy router, static
+run trains with ``--setup`` (default ``make-train``: ``make train``'s settings, a warm start cloned from the static pipeline's logs; see ``grpo_vs_ppo.SETUPS``). The oracle, rule-based, greedy router, static
 pipeline and random policies, and ``plan_check_text`` (which reads the text), are evaluated on the same tasks for
 reference. For GRPO it
 also reports, averaged over the rollouts of training, the fraction of groups dropped from the update because all
@@ -71,7 +70,8 @@ NAME = "study_horizon"
 ALGOS = ("grpo", "gigpo", "ppo", "maskable_ppo")
 HEURISTICS = ("oracle", "rule_based", "greedy_router", "static_pipeline", "random")
 #: Hand-written policies that read the text (``info_text=True``), evaluated beside HEURISTICS: ``plan_check_text`` is
-#: the teacher of the ``levers`` setup's warm start.
+#: the teacher of the ``levers`` setup's warm start (0.3.0's) and the
+#: best text reader.
 TEXT_REFERENCES = ("plan_check_text",)
 REFERENCES = HEURISTICS + TEXT_REFERENCES
 #: The issue's fixed-schema file, written beside study_horizon.json.

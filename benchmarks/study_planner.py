@@ -4,8 +4,7 @@ The Planner's decomposition is wrong with probability ``planner_error_rate`` (a 
 mislabelled step). This study sweeps that rate (0, 0.2, 0.4, 0.6) on EDO-v0, with the ``replan`` action enabled
 and disabled (``enable_replan``), and reports held-out success of GRPO trained in each setting, and of the
 oracle, greedy router and static pipeline on the same tasks. The "replan benefit" is success with replan minus
-success without, per error rate and policy. Every run trains with ``--setup`` (default ``levers``: ``make train``'s
-text features, plan check and warm start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s).
+success without, per error rate and policy. Every run trains with ``--setup`` (default ``make-train``: ``make train``'s settings, a warm start cloned from the static pipeline's logs; see ``grpo_vs_ppo.SETUPS``).
 
 Usage::
 

@@ -4,8 +4,7 @@ GRPO's ``make train`` settings were picked after trying about eight settings on 
 baselines/grpo/NOTES.md); the main benchmark gives PPO and MaskablePPO the same shared settings (``TrainConfig``'s,
 with the entropy coefficient the sweep chose for each), which were not otherwise tuned for them. This study tries a
 comparable handful of PPO settings, including SB3's own defaults, at the same budget, and reports them beside the
-shared-settings runs, all with ``--setup`` (default ``levers``: ``make train``'s text features, plan check and warm
-start on ``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s). It picks nothing automatically: it
+shared-settings runs, all with ``--setup`` (default ``make-train``: ``make train``'s settings, a warm start cloned from the static pipeline's logs; see ``grpo_vs_ppo.SETUPS``). It picks nothing automatically: it
 prints every setting's held-out success.
 
 Usage: ``python -m benchmarks.study_ppo_tuning [--quick] [--seeds 0] [--timesteps 300000]``.

@@ -8,7 +8,7 @@ for ``static``, the model2vec static encoder distilled locally from the default 
   lookup question is searched in that worker's retriever; a hit is the fact's (non-distractor) document among
   the top k. Also the fraction whose top-1 document is a near-duplicate distractor;
 - **task success** on held-out EDO-v0 tasks of the oracle, greedy router and static pipeline (optionally a
-  short-trained GRPO, ``--timesteps``, 50k at the full tier, with ``--setup``: default ``levers``, make train's);
+  short-trained GRPO, ``--timesteps``, 50k at the full tier, with ``--setup``: default ``make-train``);
 - **retrieval latency** p50/p99 (``benchmarks/env_throughput.retrieval_latency``: memoised hits, uncached
   searches with a known query vector, uncached queries that also run the embedder).
 

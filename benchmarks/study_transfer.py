@@ -2,8 +2,7 @@
 
 Each algorithm is trained on one family (EDO-Support-v0, EDO-MultiHop-v0, EDO-Analytics-v0; same hop range, so
 the same observation shapes) and its final model is evaluated on the held-out tasks of all three families. Every run
-trains with ``--setup`` (default ``levers``: ``make train``'s text features, plan check and warm start on
-``plan_check_text``'s episodes; ``train-defaults``: ``TrainConfig``'s); the evaluation envs get the same options. Row =
+trains with ``--setup`` (default ``make-train``: ``make train``'s settings, a warm start cloned from the static pipeline's logs; see ``grpo_vs_ppo.SETUPS``); the evaluation envs get the same options. Row =
 training family, column = evaluation family; the diagonal is "trained on the family it is tested on", the
 off-diagonal cells are zero-shot transfer. The oracle and greedy router on each family's held-out tasks give the
 reference for each column.

@@ -4,8 +4,7 @@ So that the GRPO-vs-PPO comparison (``grpo_vs_ppo.py``) is not won by tuning, ev
 coefficient chosen the same way: a grid over ``ent_coef`` x seeds, one Ray Tune trial per (algorithm, ent_coef,
 seed), every trial with the same env-step budget, actor ``net_arch``, evaluation tasks and per-episode seeds.
 The other hyperparameters are the shared ``TrainConfig`` defaults, with the setup of the comparison (``--setup``, as
-in ``grpo_vs_ppo.py``; default ``levers``: the text features and the plan check in the observation and a warm start
-on ``plan_check_text``'s episodes, ``make train``'s configuration; ``train-defaults``: ``TrainConfig``'s alone).
+in ``grpo_vs_ppo.py``; default ``make-train``, ``make train``'s configuration).
 
 Selection is on **validation** tasks: the *last* ``eval_episodes`` tasks of the held-out split
 (``RunSpec(eval_on="validation")``), disjoint from the first ones that ``grpo_vs_ppo.py`` and the studies report

@@ -529,10 +529,10 @@ def test_tune_ent_coef_smoke_same_budget_for_every_trial(tmp_path):
     specs = [r["spec"] for r in data["runs"].values()]
     assert {(s["total_timesteps"], s["eval_episodes"], s["eval_on"]) for s in specs} == {(300, 3, "validation")}
     assert sorted(s["train_overrides"]["ent_coef"] for s in specs) == [0.0, 0.0, 0.01, 0.01]
-    # the comparison's default setup, make train's levers, in every trial
-    assert data["settings"]["setup"] == "levers"
+    # the comparison's default setup, make train's, in every trial
+    assert data["settings"]["setup"] == "make-train"
     assert {(tuple(sorted(s["env_kwargs"].items())), s["train_overrides"]["warm_start"]) for s in specs} == {
-        ((("plan_check", True), ("text_features", True)), "plan_check_text")
+        ((("text_features", True),), "static_pipeline")
     }
     proc = run_script(["-m", "benchmarks.tune_ent_coef", "--smoke", "--algos", "grpo", "ppo", "--ent-coefs", "0", "0.01",
                        "--ray-workers", "2", "--out-dir", str(tmp_path)], timeout=300)  # fmt: skip
@@ -678,21 +678,25 @@ def test_grpo_vs_ppo_summary_update_time_per_sample_epoch():
     assert update_time_per_sample_epoch(runs["grpo"][0] | {"num_timesteps": 0}) is None
 
 
-def test_grpo_vs_ppo_full_tier_trains_with_the_committed_tuned_ent_coefs(tmp_path, monkeypatch):
-    """The full tier (what ``make bench`` runs) uses tune_ent_coef.json's choice per algorithm; quick uses the class
-    defaults; ``none`` turns it off; a missing file is an error that says what to do."""
-    from benchmarks.grpo_vs_ppo import STUDY, tuned_ent_coefs
+def test_grpo_vs_ppo_gives_every_algorithm_the_setups_ent_coef_unless_a_sweep_is_named(tmp_path, monkeypatch):
+    """By default every algorithm trains with the setup's ent_coef (make train's 0.02); ``--ent-coef-from`` a
+    tune_ent_coef.json gives each its tuned value; ``none`` is the default; a missing file is an error that says what
+    to do."""
+    from benchmarks.grpo_vs_ppo import SETUPS, STUDY, TUNED_ENT_COEFS, tuned_ent_coefs
 
     def configure(*argv: str):
         return STUDY.configure(STUDY.parser().parse_args(list(argv)), list(argv))
 
-    monkeypatch.chdir(tmp_path)  # the default path is resolved against the repository, not the working directory
-    best = json.loads((REPO / "benchmarks/results/tune_ent_coef.json").read_text())["best"]
+    monkeypatch.chdir(tmp_path)  # a relative path is resolved against the repository, not the working directory
     full = configure()
-    assert tuned_ent_coefs(full) == {a: float(b["ent_coef"]) for a, b in best.items() if b is not None}
+    assert tuned_ent_coefs(full) == {}
     planned = {r.algo: r.spec.train_overrides.get("ent_coef") for r in STUDY.plan(full)}
-    assert planned == tuned_ent_coefs(full) and set(planned) == {"grpo", "gigpo", "ppo", "maskable_ppo"}
-    assert tuned_ent_coefs(configure("--quick")) == {}
+    assert planned == dict.fromkeys(("grpo", "gigpo", "ppo", "maskable_ppo"), SETUPS["make-train"][2]["ent_coef"])
+    tuned = configure("--ent-coef-from", TUNED_ENT_COEFS)
+    best = json.loads((REPO / TUNED_ENT_COEFS).read_text())["best"]
+    assert tuned_ent_coefs(tuned) == {a: float(b["ent_coef"]) for a, b in best.items() if b is not None}
+    planned = {r.algo: r.spec.train_overrides.get("ent_coef") for r in STUDY.plan(tuned)}
+    assert planned == tuned_ent_coefs(tuned)
     assert tuned_ent_coefs(configure("--ent-coef-from", "none")) == {}
     with pytest.raises(SystemExit, match="no file .*missing.json.*make bench-tune"):
         tuned_ent_coefs(configure("--ent-coef-from", str(tmp_path / "missing.json")))
@@ -700,7 +704,7 @@ def test_grpo_vs_ppo_full_tier_trains_with_the_committed_tuned_ent_coefs(tmp_pat
 
 @pytest.mark.parametrize("name", ["study_horizon", "study_transfer", "study_retriever", "study_planner"])
 def test_studies_train_every_run_with_the_chosen_setup(name):
-    """``--setup`` (default ``levers``) reaches every planned run of the study, and every evaluation env of a run gets
+    """``--setup`` (default ``make-train``) reaches every planned run of the study, and every evaluation env of a run gets
     the same observation options as its training env (a model cannot be evaluated on another observation space)."""
     import importlib
 
@@ -711,7 +715,7 @@ def test_studies_train_every_run_with_the_chosen_setup(name):
 
     study = importlib.import_module(f"benchmarks.{name}").STUDY
     for setup, (_, env_kwargs, overrides) in SETUPS.items():
-        argv = [] if setup == "levers" else ["--setup", setup]
+        argv = [] if setup == "make-train" else ["--setup", setup]
         cfg = study.configure(study.parser().parse_args(argv), argv)
         planned = study.plan(cfg)
         assert planned, f"{name} plans no run at its full tier"
