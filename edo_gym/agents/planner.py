@@ -79,6 +79,12 @@ class PlanError(ValueError):
     """A planner reply that does not follow :data:`PLAN_FORMAT`."""
 
 
+#: Memo of :func:`parse_plan` by ``(text, max_steps)``: the parsed steps, or the message of the error (a reply is parsed
+#: again at each critique of the plan it wrote; the steps are immutable). Cleared when full.
+_PARSED: dict[tuple[str, int], tuple[PlanStep, ...] | str] = {}
+_PARSED_SIZE = 4096
+
+
 def parse_plan(text: str, max_steps: int) -> tuple[PlanStep, ...]:
     """Validate a planner reply against the plan schema.
 
@@ -86,6 +92,22 @@ def parse_plan(text: str, max_steps: int) -> tuple[PlanStep, ...]:
 
     :raises PlanError: naming the first violation (what was wrong and what is allowed).
     """
+    key = (text, max_steps)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        try:
+            parsed = _parse_plan(text, max_steps)
+        except PlanError as exc:
+            parsed = str(exc)
+        if len(_PARSED) >= _PARSED_SIZE:
+            _PARSED.clear()
+        _PARSED[key] = parsed
+    if isinstance(parsed, str):
+        raise PlanError(parsed)
+    return parsed
+
+
+def _parse_plan(text: str, max_steps: int) -> tuple[PlanStep, ...]:
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end <= start:
         raise PlanError("no JSON object in the reply")

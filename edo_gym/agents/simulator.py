@@ -62,6 +62,8 @@ CONFIDENCE_BY_SOURCE = {"document": 0.72, "memory": 0.6, "computed": 0.7, "guess
 CONFIDENCE_SD = 0.16
 #: The most steps a plan under critique may have (longer: not a plan of any task here).
 MAX_PLAN_STEPS = 64
+#: Gold plans memoised per simulator (cleared when full).
+GOLD_MEMO_SIZE = 4096
 
 
 _TWO_PI = 2.0 * math.pi
@@ -165,6 +167,7 @@ class SimulatedBackend:
         #: Per task text of a task with an extra step (:mod:`edo_gym.world.extra_step`): the decomposition its text
         #: asks for, which the planner writes until a result it is given shows the step.
         self._scripts = {t.text: scripted_subtasks(t) for t in tasks if has_extra_step(t)}
+        self._gold_memo: dict[int, tuple[Sequence, tuple[tuple[dict, ...], str]]] = {}
         # The matches memo is shared with the other backends of this process (the envs of a vector env): a pure
         # function of its key, and no draw depends on whether it hits, so they warm it up together.
         #: ``_matches`` by ``(relation, subject, documents)`` (see ``_read_fact``).
@@ -386,9 +389,17 @@ class SimulatedBackend:
         return LLMResponse(text, confidence=confidence)
 
     def _gold_plan(self, subtasks: Sequence) -> tuple[tuple[dict, ...], str]:
-        """The steps (as dicts) of the plan of ``subtasks`` and its JSON reply."""
+        """The steps (as dicts) of the plan of ``subtasks`` and its JSON reply (memoised by the ``subtasks`` object: a
+        task's gold steps and script never change; callers never change the dicts in place)."""
+        memo = self._gold_memo.get(id(subtasks))
+        if memo is not None and memo[0] is subtasks:
+            return memo[1]
         gold_steps = tuple(_gold_step(s) for s in subtasks)
-        return gold_steps, plan_to_json([_render(s) for s in gold_steps])
+        gold = gold_steps, plan_to_json([_render(s) for s in gold_steps])
+        if len(self._gold_memo) >= GOLD_MEMO_SIZE:
+            self._gold_memo.clear()
+        self._gold_memo[id(subtasks)] = (subtasks, gold)
+        return gold
 
     def _plan_json(self, steps: list[dict]) -> str:
         """The planner reply that writes ``steps``."""

@@ -672,7 +672,9 @@ class EDOEnv(gym.Env):
         a failed call gives no verdict (the same worker may be asked again)."""
         ep = self._ep
         plan = ep.plan
-        check = self.workers[w].verify_plan(ep.task.text, plan_json(plan.plan), self._seed())
+        if plan.json_text is None:
+            plan.json_text = plan_json(plan.plan)
+        check = self.workers[w].verify_plan(ep.task.text, plan.json_text, self._seed())
         if check.failed:
             self._count_failure(w)
         else:

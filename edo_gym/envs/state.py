@@ -102,6 +102,8 @@ class PlanState:
     dirty: set[int] = field(default_factory=set)
     #: Hidden: what each step should produce, executed on the true facts (``EDOEnv.hidden_state``; computed lazily).
     truth: list[StepTruth] | None = None
+    #: The plan as the planner's JSON, what a plan critic reads (``EDOEnv``'s ``plan_json``; computed lazily).
+    json_text: str | None = None
 
     @classmethod
     def new(

@@ -126,7 +126,9 @@ def test_replay_without_a_recording_is_a_clear_error(tmp_path):
 
 def test_read_through_uses_hits_asks_for_misses_and_writes_nothing(tmp_path):
     path = tmp_path / "c.sqlite"
-    CachedBackend(CountingBackend(), path, "record").complete(_request(0))
+    recorder = CachedBackend(CountingBackend(), path, "record")
+    recorder.complete(_request(0))
+    recorder.close()  # the file as the recording left it (an open writer may still checkpoint it at close)
     before = path.read_bytes()
     inner = CountingBackend()
     reader = CachedBackend(inner, path, "read-through")

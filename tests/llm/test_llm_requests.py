@@ -179,3 +179,20 @@ def test_a_plan_with_a_forward_reference_still_parses_as_before():
     on) are unchanged."""
     text = json.dumps(_plan([2], []))
     assert [s.deps for s in parse_plan(text, 6)] == [(1,), ()]
+
+
+def test_parse_plan_memo_gives_the_same_steps_and_the_same_error_each_time():
+    """parse_plan is memoised by its text: a reply parsed again gives equal steps, and a broken reply raises its
+    PlanError (same message) on every call, not only the first."""
+    from edo_gym.agents.planner import PlanError, plan_to_json
+
+    text = plan_to_json(
+        [{"type": "lookup", "domain": "orders", "instruction": "What is the status of order 7?", "inputs": []}]
+    )
+    first = parse_plan(text, 8)
+    assert parse_plan(text, 8) == first and first[0].instruction == "What is the status of order 7?"
+    for _ in range(2):
+        with pytest.raises(PlanError, match="a plan must have 1 to 0 steps"):
+            parse_plan(text, 0)
+        with pytest.raises(PlanError, match="no JSON object"):
+            parse_plan("no plan here", 8)
