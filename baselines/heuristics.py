@@ -19,8 +19,8 @@ nothing else (no env object, no task text, no worker skills), exactly what a lea
   It replans every plan that cannot yield the answer (unfaithful, or a step that reads a later one) or whose labels
   would derail its execution (a plan that lacks a step only a result reveals: once that result is in), routes each
   step to the worker most likely to answer it, never pays for a verification (it knows whether a result is right),
-  retries a wrong result up to ``max_tries`` times (a greedy worker, which answers the same request the same way, is
-  asked each request once), and submits at once when the answer can no longer be right.
+  retries a wrong result up to ``max_tries`` times, mostly with the option most likely right (a greedy worker, which
+  answers the same request the same way, is asked each request once), and submits at once when the answer can no longer be right.
 
 Interface: ``reset(obs, info)`` at episode start, ``act(obs, info) -> action``; a policy with
 ``uses_hidden_state`` implements ``act_hidden(obs, info, hidden)`` instead.
@@ -410,8 +410,8 @@ class OraclePolicy(HeuristicPolicy):
             return v.submit
         if len(fresh) < len(ranked):  # the best option not asked yet
             w, retrieve = fresh[0]
-        else:  # the best option twice (reading is noisy), then the next ones
-            w, retrieve = ranked[min((0, 1, 0, 2, 3, 4)[min(n, 5)], len(ranked) - 1)]
+        else:  # mostly the best option (reading is noisy: each ask is a fresh draw), now and then the next ones
+            w, retrieve = ranked[min((0, 0, 1, 0, 2, 0, 0, 3)[min(n, 7)], len(ranked) - 1)]
         asked.add((w, retrieve))
         return v.dispatch(w, retrieve)
 
