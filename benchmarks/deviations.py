@@ -11,7 +11,13 @@ Policies: the numeric heuristics (static pipeline, rule-based, greedy router), t
 (:data:`baselines.probes.PROBES`), the text-reading probes (:data:`baselines.probes.TEXT_PROBES`, on an env with
 ``info_text=True``) and the oracle (reads ``hidden_state()``).
 
-Usage: ``python -m benchmarks.deviations [--tasks 300] [--seeds 0]``.
+Learned policies (``--models NAME=PATH``, models saved by ``edo train`` with the ``.json`` beside them) are evaluated
+on the ``default`` kind's two splits with the same tasks and seeds, on the env settings they were trained with: their
+drop from training-like to held-out tasks beside the hand-written policies' (the other kinds run on the scripted
+world, whose action space, without ``verify_plan(w)``, a model of the defaults cannot act in). Models evaluated by an
+earlier run with the same tasks and seeds are kept, as the kinds are.
+
+Usage: ``python -m benchmarks.deviations [--tasks 300] [--seeds 0] [--kinds ...] [--models NAME=PATH ...]``.
 Results: ``benchmarks/results/deviations.{json,md}``.
 """
 
@@ -30,7 +36,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import edo_gym  # noqa: E402, F401
-from baselines.evaluation import evaluate_heuristic  # noqa: E402
+from baselines.evaluation import evaluate_heuristic, evaluate_model  # noqa: E402
 from baselines.probes import PROBES, TEXT_PROBES  # noqa: E402
 from benchmarks.common import RESULTS_DIR, machine_line, write_results  # noqa: E402
 from benchmarks.env_validity import policy  # noqa: E402
@@ -78,6 +84,40 @@ def evaluate_kind(kind: str, split: str, n_tasks: int, seeds: list[int]) -> dict
     return rows
 
 
+def parse_model(spec: str) -> tuple[str, Path]:
+    """``NAME=PATH`` of ``--models``: a row name and a model saved by ``edo train`` (its ``.json`` beside it)."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--models takes NAME=PATH (a row name and a saved model), got {spec!r}")
+    if not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"--models {spec}: no saved model at {path}")
+    if not Path(path).with_suffix(".json").is_file():
+        raise argparse.ArgumentTypeError(f"--models {spec}: no {Path(path).with_suffix('.json').name} beside the model "
+                                         "(the settings edo train saves; the env is made with them)")  # fmt: skip
+    return name, Path(path)
+
+
+def evaluate_learned(path: Path, split: str, n_tasks: int, seeds: list[int]) -> dict[str, float]:
+    """A saved model on ``n_tasks`` tasks of ``split`` of the env it was trained on (the ``default`` kind), averaged
+    over ``seeds`` (deterministic actions)."""
+    from baselines.algorithms import load_model
+    from baselines.training import saved_config
+
+    saved = saved_config(path)
+    assert saved is not None  # parse_model checked the file
+    env_kwargs = {k: v for k, v in dict(saved.get("env_kwargs") or {}).items() if k != "backend"}
+    env = gym.make(saved["env_id"], tasks_split=split, **env_kwargs)
+    model = load_model(path)  # evaluate_model checks it against the env
+    ids = list(range(min(n_tasks, env.unwrapped.num_tasks)))
+    results = [evaluate_model(model, env, ids, seed=seed) for seed in seeds]
+    env.close()
+    return {
+        "success": float(np.mean([r.success_rate for r in results])),
+        "return": float(np.mean([r.mean_return for r in results])),
+        "episodes": int(sum(r.episodes for r in results)),
+    }
+
+
 def summarize(table: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[str, Any]:
     """Per kind: each policy's drop from train to test, the best observation-only policy on test and the oracle's
     lead over it (success and return)."""
@@ -110,7 +150,20 @@ def previous_kinds(out_dir: Path, tasks: int, seeds: list[int]) -> tuple[dict[st
     return table, measured
 
 
-def markdown(table: dict[str, Any], summary: dict[str, Any], args: argparse.Namespace) -> str:
+def previous_learned(out_dir: Path, tasks: int, seeds: list[int]) -> dict[str, Any]:
+    """The learned rows of the results file in ``out_dir`` measured with the same ``tasks`` and ``seeds``."""
+    path = out_dir / "deviations.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    if data.get("tasks") != tasks or data.get("seeds") != seeds:
+        return {}
+    return dict(data.get("learned") or {})
+
+
+def markdown(
+    table: dict[str, Any], summary: dict[str, Any], args: argparse.Namespace, learned: dict[str, Any] | None = None
+) -> str:
     lines = [
         "# Policies per deviation kind, training-like and held-out tasks",
         "",
@@ -139,6 +192,25 @@ def markdown(table: dict[str, Any], summary: dict[str, Any], args: argparse.Name
         lines.append(
             f"| {kind} | {s['best_hand_written_on_test']} | {s['oracle_lead_success']:+.3f} | {s['oracle_lead_return']:+.3f} |"
         )
+    if learned and "default" in table:
+        lines += [
+            "",
+            "## Learned policies on the defaults",
+            "",
+            "Each saved model on the `default` kind's splits (the same tasks and seeds), beside the hand-written policies'"
+            " drop from training-like (`train`) to held-out (`test`) tasks:",
+            "",
+            "| policy | train | test | drop | model |",
+            "|---|---|---|---|---|",
+        ]
+        for name, row in learned.items():
+            lines.append(f"| {name} (learned) | {row['train']['success']:.3f} / {row['train']['return']:+.2f} | "
+                         f"{row['test']['success']:.3f} / {row['test']['return']:+.2f} | {row['drop']:+.3f} | "
+                         f"{row['description']} |")  # fmt: skip
+        for name in policies:
+            tr, te = table["default"]["train"][name], table["default"]["test"][name]
+            lines.append(f"| {name} | {tr['success']:.3f} / {tr['return']:+.2f} | {te['success']:.3f} / {te['return']:+.2f}"
+                         f" | {summary['default']['drop'][name]:+.3f} | hand-written |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -146,7 +218,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=300, help="tasks per split (default 300)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="evaluation seeds (default 0)")
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS), help="deviation kinds")
+    parser.add_argument(
+        "--kinds",
+        nargs="*",
+        default=list(KINDS),
+        choices=list(KINDS),
+        help="deviation kinds to measure (none: only --models, the kinds kept from the results file)",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=[],
+        type=parse_model,
+        metavar="NAME=PATH",
+        help="saved models (edo train's .zip, its .json beside it) evaluated on the default kind's splits",
+    )
     parser.add_argument("--out-dir", type=Path, default=None, help="where the results go (default: benchmarks/results)")
     args = parser.parse_args(argv)
     if args.tasks < 1:
@@ -158,10 +244,25 @@ def main(argv: list[str] | None = None) -> int:
         table[kind] = {split: evaluate_kind(kind, split, args.tasks, args.seeds) for split in ("train", "test")}
         measured[kind] = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "edo_gym_version": __version__}
     table = {kind: table[kind] for kind in KINDS if kind in table}
+    if not table:
+        parser.error("no kind measured: give --kinds, or run where a results file with the same --tasks and --seeds is")
+    if args.models and "default" not in table:
+        parser.error("--models compares with the default kind: measure it too (--kinds default)")
+    learned = previous_learned(args.out_dir or RESULTS_DIR, args.tasks, args.seeds)
+    for name, path in args.models:
+        saved = json.loads(path.with_suffix(".json").read_text())
+        config = saved["config"]
+        description = (f"{config.get('algo')}, {saved.get('num_timesteps', 0):,} steps, seed {config.get('seed')}, "
+                       f"warm start {config.get('warm_start')}")  # fmt: skip
+        row = {split: evaluate_learned(path, split, args.tasks, args.seeds) for split in ("train", "test")}
+        learned[name] = {**row, "drop": row["train"]["success"] - row["test"]["success"], "description": description,
+                         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "edo_gym_version": __version__}  # fmt: skip
     summary = summarize(table)
-    payload = {"tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary, "measured": measured}
-    json_path, md_path = write_results("deviations", payload, markdown(table, summary, args), out_dir=args.out_dir)
-    print(markdown(table, summary, args))
+    payload = {"tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary, "measured": measured,
+               "learned": learned}  # fmt: skip
+    text = markdown(table, summary, args, learned)
+    json_path, md_path = write_results("deviations", payload, text, out_dir=args.out_dir)
+    print(text)
     print(f"wrote {json_path} and {md_path}")
     return 0
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,9 +54,10 @@ def run_name(seed: int) -> str:
     return f"seed{seed}"
 
 
-def train_run(seed: int, timesteps: int, out_dir: Path, eval_episodes: int = 200) -> Path:
+def train_run(seed: int, timesteps: int, out_dir: Path, eval_episodes: int = 200, keep_models: Path | None = None) -> Path:
     """One ``edo train`` process; its summary is moved into ``out_dir`` only once complete (nothing partial). The
-    summary's paths into the run's temporary output directory are written as :data:`TEMPORARY`."""
+    summary's paths into the run's temporary output directory are written as :data:`TEMPORARY`. With
+    ``keep_models``, the model and the ``.json`` beside it are kept there as ``seed<s>.zip`` / ``seed<s>.json``."""
     path = out_dir / f"{run_name(seed)}.json"
     with tempfile.TemporaryDirectory() as tmp:
         args = [*TRAIN_ARGS, "--eval-episodes", str(eval_episodes), "--timesteps", str(timesteps), "--seed", str(seed),
@@ -65,6 +67,10 @@ def train_run(seed: int, timesteps: int, out_dir: Path, eval_episodes: int = 200
         if proc.returncode != 0:
             raise SystemExit(f"edo train (seed {seed}) failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         (summary,) = Path(tmp).glob("*.json")
+        if keep_models is not None:
+            keep_models.mkdir(parents=True, exist_ok=True)
+            for kept in (summary.with_suffix(".zip"), summary):
+                shutil.copyfile(kept, keep_models / f"{run_name(seed)}{kept.suffix}")
         data = json.loads(summary.read_text().replace(json.dumps(tmp)[1:-1], TEMPORARY))
         data["command"] = " ".join(["edo", "train", *args[:-2], "--output-dir", TEMPORARY])
         data["date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -152,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR / "make_train_seeds")
     parser.add_argument("--summarise-only", action="store_true", help="write the table from the runs in --out-dir, train none")
+    parser.add_argument(
+        "--keep-models",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep each run's model and settings there (seed<s>.zip and .json; default: discarded)",
+    )
     args = parser.parse_args(argv)
     if any(s < 0 for s in args.seeds):
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
@@ -167,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{k}/{len(todo)}] seed {seed}: done before ({path.name})", flush=True)
             continue
         print(f"[{k}/{len(todo)}] seed {seed}: edo train ({args.timesteps:,} steps) ...", flush=True)
-        train_run(seed, args.timesteps, args.out_dir, args.eval_episodes)
+        train_run(seed, args.timesteps, args.out_dir, args.eval_episodes, args.keep_models)
     runs = load_runs(args.out_dir)
     if not runs:
         raise SystemExit(f"no run summaries (seed<s>.json) in {args.out_dir}")

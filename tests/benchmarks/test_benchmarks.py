@@ -811,7 +811,7 @@ def test_make_train_seeds_tabulates_every_run_and_skips_finished_ones(tmp_path, 
     (tmp_path / "seed0.json").write_text(json.dumps(summary(0, 0.6)))
     trained = []
 
-    def fake_train_run(seed, timesteps, out_dir, eval_episodes=200):
+    def fake_train_run(seed, timesteps, out_dir, eval_episodes=200, keep_models=None):
         trained.append((seed, timesteps, eval_episodes))
         path = out_dir / f"{mts.run_name(seed)}.json"
         path.write_text(json.dumps(summary(seed, 0.4 + 0.1 * seed)))
@@ -1021,3 +1021,32 @@ def test_the_deviations_table_reports_each_policys_drop_and_the_oracles_lead(tmp
     assert set(merged["measured"]) == {"none", "team", "default"}
     assert main(["--tasks", "5", "--kinds", "team", "--out-dir", str(tmp_path)]) == 0  # other tasks: a new table
     assert list(json.loads((tmp_path / "deviations.json").read_text())["table"]) == ["team"]
+
+
+def test_the_deviations_table_adds_a_learned_models_drop_on_the_default_kind(tmp_path, capsys):
+    """``--models NAME=PATH``: a model saved by ``train`` is evaluated on the default kind's two splits, on the env
+    settings saved beside it; its drop is train minus test; its row is kept by a later run with the same tasks and
+    seeds; bad specs are clear errors."""
+    from baselines.training import TrainConfig, train
+    from benchmarks.deviations import main
+
+    cfg = TrainConfig(total_timesteps=64, n_envs=2, group_size=2, groups_per_rollout=2, warm_start=None, eval_episodes=0,
+                      progress_bar=False, env_kwargs={"text_features": True}, output_dir=str(tmp_path / "runs"))  # fmt: skip
+    train(cfg)
+    model = cfg.model_path
+    out = tmp_path / "out"
+    assert main(["--tasks", "3", "--kinds", "default", "--models", f"tiny={model}", "--out-dir", str(out)]) == 0
+    result = json.loads((out / "deviations.json").read_text())
+    row = result["learned"]["tiny"]
+    assert row["drop"] == pytest.approx(row["train"]["success"] - row["test"]["success"])
+    assert row["train"]["episodes"] == 3 and "grpo" in row["description"]
+    md = (out / "deviations.md").read_text()
+    assert "## Learned policies on the defaults" in md and "| tiny (learned) |" in md and "| rule_based |" in md
+    assert main(["--tasks", "3", "--kinds", "--out-dir", str(out)]) == 0  # no kind: the file's table and models kept
+    assert json.loads((out / "deviations.json").read_text())["learned"]["tiny"] == row
+    for bad, message in ((["--models", "tiny"], "NAME=PATH"), (["--models", f"x={tmp_path / 'no.zip'}"], "no saved model")):
+        with pytest.raises(SystemExit):
+            main(["--tasks", "3", "--kinds", "default", *bad, "--out-dir", str(out)])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # nothing measured and no results file to keep
+        main(["--tasks", "3", "--kinds", "--out-dir", str(tmp_path / "empty")])
