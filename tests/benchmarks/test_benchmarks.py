@@ -422,6 +422,31 @@ def test_study_levers_smoke_warm_started_run(tmp_path):
     assert 0.0 <= run["warm_start"]["eval"]["success"] <= 1.0
 
 
+@pytest.mark.slow  # ~2 min on 2 cores (5 runs): kept out of the fast suite (`make test-all` runs it)
+def test_study_transfer_deviations_part_trains_without_each_kind_and_tests_with_it(tmp_path):
+    """``--parts deviations``: one run on EDO-v0 and one per kind with its rate at 0, evaluated with and without the
+    kind; the transfer loss and the kind's cost are the differences they say; hand-written policies on both envs."""
+    from benchmarks.study_transfer import DEVIATION_REFERENCES, WITHOUT_KIND
+
+    run_script(["-m", "benchmarks.study_transfer", "--smoke", "--parts", "deviations", "--out-dir", str(tmp_path)])
+    data = json.loads((tmp_path / "study_transfer.json").read_text())
+    assert set(data["deviations"]) == set(WITHOUT_KIND) and "matrix" not in data
+    specs = {key: run["spec"] for key, run in data["runs"].items()}
+    for kind, off in WITHOUT_KIND.items():
+        spec = specs[f"no_{kind}-grpo-s0"]
+        assert all(spec["env_kwargs"][k] == v for k, v in off.items()) and spec["env_kwargs"]["text_features"]
+        row = data["deviations"][kind]
+        learned = row["learned"]["grpo"]
+        with_, without = learned["trained_without_tested_with"]["mean"], learned["trained_without_tested_without"]["mean"]
+        assert learned["kind_cost"] == pytest.approx(with_ - without)
+        assert learned["transfer_loss"] == pytest.approx(with_ - learned["trained_with_tested_with"])
+        assert set(row["hand_written"]) == set(DEVIATION_REFERENCES)
+        for x in row["hand_written"].values():
+            assert x["kind_cost"] == pytest.approx(x["tested_with"] - x["tested_without"])
+    assert not any(k in specs["EDO-v0-grpo-s0"]["env_kwargs"] for off in WITHOUT_KIND.values() for k in off)
+    assert "## Across deviations" in (tmp_path / "study_transfer.md").read_text()
+
+
 @pytest.mark.slow  # ~20-60 s on 2 cores: kept out of the fast suite (`make test-all` runs it)
 def test_study_ppo_tuning_smoke_one_setting(tmp_path):
     run_script(["-m", "benchmarks.study_ppo_tuning", "--smoke", "--algos", "maskable_ppo", "--settings", "sb3 defaults",
