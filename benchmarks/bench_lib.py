@@ -123,12 +123,14 @@ def run_in_process(spec: RunSpec) -> dict[str, Any]:
         curriculum_callbacks,
         make_algo,
         make_train_env,
+        settings_for,
     )
 
     th.set_num_threads(1)
+    # a study's overrides are shared by its algorithms: those of another algorithm's group (GRPO's for PPO) do not apply
     cfg = TrainConfig(
         algo=spec.algo, env_id=spec.env_id, seed=spec.seed, total_timesteps=spec.total_timesteps, eval_episodes=0,
-        progress_bar=False, env_kwargs=dict(spec.env_kwargs), **spec.train_overrides,
+        progress_bar=False, env_kwargs=dict(spec.env_kwargs), **settings_for(spec.algo, spec.train_overrides),
     )  # fmt: skip
     env = make_train_env(cfg)
     model = make_algo(cfg, env)

@@ -38,7 +38,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import edo_gym  # noqa: E402, F401
 from baselines.evaluation import evaluate_heuristic, evaluate_model  # noqa: E402
 from baselines.probes import PROBES, TEXT_PROBES  # noqa: E402
-from benchmarks.common import RESULTS_DIR, machine_line, write_results  # noqa: E402
+from benchmarks.common import RESULTS_DIR, command_line, machine_line, write_results  # noqa: E402
 from benchmarks.env_validity import policy  # noqa: E402
 from edo_gym import __version__  # noqa: E402
 from edo_gym.registration import SCRIPTED  # noqa: E402
@@ -258,8 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         learned[name] = {**row, "drop": row["train"]["success"] - row["test"]["success"], "description": description,
                          "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "edo_gym_version": __version__}  # fmt: skip
     summary = summarize(table)
-    payload = {"tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary, "measured": measured,
-               "learned": learned}  # fmt: skip
+    # the command as run, each model named by its file (not by a path of the machine it was measured on)
+    command = command_line().split(" --models ")[0]
+    if args.models:
+        command += " --models " + " ".join(f"{name}=runs/{path.name}" for name, path in args.models)
+    payload = {"command": command, "tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary,
+               "measured": measured, "learned": learned}  # fmt: skip
     text = markdown(table, summary, args, learned)
     json_path, md_path = write_results("deviations", payload, text, out_dir=args.out_dir)
     print(text)

@@ -39,6 +39,8 @@ from baselines.training.config import (  # noqa: E402
     SUPERVISIONS,
     VEC_ENV_KINDS,
     TrainConfig,
+    applies_to,
+    settings_for,
 )
 from baselines.training.run import (  # noqa: E402
     TrainResult,
@@ -73,6 +75,8 @@ __all__ = [
     "RecordedStepsProgressBar",
     "TimeBreakdown",
     "TrainConfig",
+    "applies_to",
+    "settings_for",
     "TrainResult",
     "check_env_id",
     "count_parameters",

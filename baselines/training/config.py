@@ -49,6 +49,28 @@ SETTING_GROUPS: tuple[str, ...] = (
 )
 
 
+#: The algorithms the settings of an algorithm-specific group apply to (the other groups apply to every algorithm).
+GROUP_APPLIES_TO: dict[str, tuple[str, ...]] = {
+    GROUP_GRPO: GROUP_ALGOS,
+    GROUP_GIGPO: ("gigpo",),
+    GROUP_PPO: ("ppo", "maskable_ppo"),
+}
+
+
+def applies_to(name: str) -> tuple[str, ...]:
+    """The algorithms ``TrainConfig``'s setting ``name`` applies to (``ALGOS`` for most)."""
+    f = {f.name: f for f in fields(TrainConfig)}.get(name)
+    if f is None:
+        raise ValueError(f"TrainConfig has no setting {name!r}")
+    return GROUP_APPLIES_TO.get(f.metadata.get("group", GROUP_TRAINING), ALGOS)
+
+
+def settings_for(algo: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` (``TrainConfig`` keyword arguments shared by several algorithms, as a study's) without those that do
+    not apply to ``algo`` (a GRPO-only one for PPO, say), which ``TrainConfig`` would refuse."""
+    return {name: value for name, value in settings.items() if algo in applies_to(name)}
+
+
 def setting(
     default: Any = MISSING,
     *,
@@ -266,6 +288,16 @@ class TrainConfig:
             return isinstance(value, (int, float)) and not isinstance(value, bool)
 
         need(self.algo in ALGOS, f"algo must be one of {list(ALGOS)}, got {self.algo!r}")
+        # a setting of another algorithm's group, changed from its default, would be ignored: refused instead
+        for f in fields(self):
+            algos = GROUP_APPLIES_TO.get(f.metadata.get("group", GROUP_TRAINING))
+            if algos is not None and self.algo not in algos:
+                default = f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+                need(
+                    getattr(self, f.name) == default,
+                    f"{f.name}={getattr(self, f.name)!r} applies to {' and '.join(algos)} only, not to algo {self.algo!r} "
+                    f"(leave it at its default, {default!r}; settings_for(algo, ...) drops such settings from shared ones)",
+                )
         need(isinstance(self.env_id, str) and bool(self.env_id), f"env_id must be a non-empty string, got {self.env_id!r}")
         need(
             is_int(self.total_timesteps) and self.total_timesteps >= 1,

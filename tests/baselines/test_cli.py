@@ -93,10 +93,33 @@ def test_train_help_groups_the_settings_by_algorithm(monkeypatch):
     ],
 )
 def test_train_flags_set_their_fields(argv, name, value):
-    cfg = train_config_from_args(build_parser().parse_args(["train", *argv]))
+    from baselines.training import applies_to
+
+    algos = applies_to(name)  # a PPO setting is set with --algo ppo: TrainConfig refuses it for GRPO
+    extra = [] if TrainConfig().algo in algos else ["--algo", algos[0]]
+    cfg = train_config_from_args(build_parser().parse_args(["train", *extra, *argv]))
     assert getattr(cfg, name) == value
-    others = {f: getattr(cfg, f) for f in FIELDS if f != name}
-    assert others == {f: getattr(TrainConfig(), f) for f in FIELDS if f != name}
+    others = {f: getattr(cfg, f) for f in FIELDS if f not in (name, "algo")}
+    assert others == {f: getattr(TrainConfig(), f) for f in FIELDS if f not in (name, "algo")}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--algo", "ppo", "--group-size", "4"], "group_size=4 applies to grpo and gigpo only, not to algo 'ppo'"),
+        (["--algo", "grpo", "--n-steps", "128"], "n_steps=128 applies to ppo and maskable_ppo only, not to algo 'grpo'"),
+        (["--algo", "grpo", "--step-advantage-weight", "0.5"], "applies to gigpo only"),
+    ],
+)
+def test_a_setting_of_another_algorithm_is_an_error_not_ignored(argv, message):
+    """A flag of another algorithm's group, changed from its default, would change nothing: refused with its name;
+    settings_for drops such settings from shared ones (a study's)."""
+    from baselines.training import settings_for
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        train_config_from_args(build_parser().parse_args(["train", *argv]))
+    assert settings_for("ppo", {"group_size": 4, "n_steps": 128, "ent_coef": 0.02}) == {"n_steps": 128, "ent_coef": 0.02}
+    assert TrainConfig(algo="ppo", **settings_for("ppo", {"scale_rewards": "none", "ent_coef": 0.02})).ent_coef == 0.02
 
 
 @pytest.mark.parametrize(

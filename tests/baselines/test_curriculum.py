@@ -18,7 +18,7 @@ from baselines.curriculum import (  # noqa: E402
     parse_curriculum,
 )
 from baselines.grpo.wrappers import GroupStartWrapper  # noqa: E402
-from baselines.training import TrainConfig, curriculum_callbacks, make_algo, make_train_env  # noqa: E402
+from baselines.training import TrainConfig, curriculum_callbacks, make_algo, make_train_env, settings_for  # noqa: E402
 
 th.set_num_threads(1)
 
@@ -108,9 +108,10 @@ def test_train_config_and_cli_carry_the_curriculum():
 @pytest.mark.parametrize("algo", ["grpo", "maskable_ppo"])
 def test_training_follows_the_curriculum(algo):
     """Every task of the first stage has at most 2 hops; after it, longer tasks come too."""
+    shared = {"group_size": 2, "groups_per_rollout": 4, "n_steps": 32}  # each algorithm takes its own
     cfg = TrainConfig(
-        algo=algo, total_timesteps=1024, n_envs=4, group_size=2, groups_per_rollout=4, n_steps=32, batch_size=64,
-        warm_start=None, eval_episodes=0, progress_bar=False, hop_curriculum=[[0.5, 2]],
+        algo=algo, total_timesteps=1024, n_envs=4, batch_size=64, warm_start=None, eval_episodes=0, progress_bar=False,
+        hop_curriculum=[[0.5, 2]], **settings_for(algo, shared),
     )  # fmt: skip
     env = make_train_env(cfg)
     try:

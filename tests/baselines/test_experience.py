@@ -14,7 +14,7 @@ from baselines.experience import (
     warm_start,
     warm_start_dataset_id,
 )
-from baselines.training.config import TrainConfig
+from baselines.training.config import TrainConfig, settings_for
 from baselines.training.run import make_algo
 
 
@@ -118,7 +118,7 @@ def test_behaviour_cloning_fits_the_demonstrations(minari_dir, algo):
     demos = load_demonstrations("edo_test/static-v0")
     env = gym.make("EDO-v0")
     try:
-        model = make_algo(TrainConfig(algo=algo, n_steps=32, batch_size=64), env)
+        model = make_algo(TrainConfig(algo=algo, batch_size=64, **settings_for(algo, {"n_steps": 32})), env)
         first = behaviour_clone(model.policy, demos, epochs=1, batch_size=64, learning_rate=3e-3)
         later = behaviour_clone(model.policy, demos, epochs=40, batch_size=64, learning_rate=3e-3)
         assert later["loss"] < first["loss"]

@@ -8,7 +8,7 @@ import pytest
 import torch as th
 
 from baselines.extractors import EDOTableExtractor
-from baselines.training.config import TrainConfig
+from baselines.training.config import TrainConfig, settings_for
 from baselines.training.run import make_algo
 from edo_gym.envs import observation as O
 
@@ -17,8 +17,8 @@ from edo_gym.envs import observation as O
 def test_every_algorithm_trains_with_it(algo):
     env = gym.make("EDO-v0")
     try:
-        model = make_algo(TrainConfig(algo=algo, features_extractor="table", n_steps=16, batch_size=16, group_size=2,
-                                      groups_per_rollout=2), env)  # fmt: skip
+        model = make_algo(TrainConfig(algo=algo, features_extractor="table", batch_size=16,
+                                      **settings_for(algo, {"n_steps": 16, "group_size": 2, "groups_per_rollout": 2})), env)  # fmt: skip
         assert isinstance(model.policy.features_extractor, EDOTableExtractor)
         before = [p.detach().clone() for p in model.policy.features_extractor.parameters()]
         model.learn(64)

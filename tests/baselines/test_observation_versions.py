@@ -7,7 +7,7 @@ import pytest
 
 from baselines.algorithms import load_model
 from baselines.evaluation import evaluate_model
-from baselines.training.config import TrainConfig
+from baselines.training.config import TrainConfig, settings_for
 from baselines.training.run import make_algo
 
 
@@ -15,7 +15,7 @@ from baselines.training.run import make_algo
 def test_a_model_saved_without_the_view_fails_to_load_on_a_default_env(tmp_path, algo):
     old_env = gym.make("EDO-v0", focus_view=False)
     try:
-        model = make_algo(TrainConfig(algo=algo, n_steps=16, batch_size=16), old_env)
+        model = make_algo(TrainConfig(algo=algo, batch_size=16, **settings_for(algo, {"n_steps": 16})), old_env)
         model.save(tmp_path / "old.zip")
     finally:
         old_env.close()

@@ -2,6 +2,7 @@
 
 import json
 import os
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -28,23 +29,20 @@ from baselines.training import (  # noqa: E402
     load_model,
     make_algo,
     make_train_env,
+    settings_for,
     train,
 )
 
 th.set_num_threads(1)
 
-TINY = dict(
-    total_timesteps=64,
-    n_envs=2,
-    group_size=2,
-    groups_per_rollout=2,
-    n_steps=32,
-    batch_size=32,
-    n_epochs=1,
-    net_arch=[16],
-    eval_episodes=4,
-    progress_bar=False,
-)
+TINY = dict(total_timesteps=64, n_envs=2, batch_size=32, n_epochs=1, net_arch=[16], eval_episodes=4, progress_bar=False)
+#: Each algorithm's own part of a tiny run: GRPO groups of 2, PPO rollouts of 32 steps per env.
+TINY_BY_ALGO = dict(group_size=2, groups_per_rollout=2, n_steps=32)
+
+
+def tiny(algo: str = "grpo", **overrides: Any) -> dict[str, Any]:
+    """A tiny run's settings for ``algo`` (TrainConfig refuses another algorithm's settings), with ``overrides``."""
+    return {**TINY, **settings_for(algo, TINY_BY_ALGO), **overrides}
 
 
 # ----------------------------------------------------------------------------- TrainConfig
@@ -95,7 +93,7 @@ def test_config_net_arch_tuple_is_accepted():
 
 
 def test_unknown_env_id_is_a_clear_error(tmp_path):
-    cfg = TrainConfig(env_id="EDO-Nope-v0", output_dir=str(tmp_path), **TINY)
+    cfg = TrainConfig(env_id="EDO-Nope-v0", output_dir=str(tmp_path), **tiny())
     with pytest.raises(ValueError, match="unknown env id"):
         train(cfg)
 
@@ -103,7 +101,7 @@ def test_unknown_env_id_is_a_clear_error(tmp_path):
 # ----------------------------------------------------------------------------- train / save / evaluate_saved
 @pytest.mark.parametrize("algo", ALGOS)
 def test_train_save_evaluate_round_trip(algo, tmp_path):
-    cfg = TrainConfig(algo=algo, env_id="EDO-v0", seed=1, output_dir=str(tmp_path), **TINY)
+    cfg = TrainConfig(algo=algo, env_id="EDO-v0", seed=1, output_dir=str(tmp_path), **tiny(algo))
     model, result = train(cfg)
     assert result.model_path == tmp_path / f"{algo}_EDO-v0_1.zip"
     assert result.model_path.is_file()
@@ -157,7 +155,7 @@ def test_train_save_evaluate_round_trip(algo, tmp_path):
 @pytest.mark.filterwarnings("ignore:rich is experimental")
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_progress_bar_counts_recorded_steps(algo):
-    cfg = TrainConfig(algo=algo, **TINY)
+    cfg = TrainConfig(algo=algo, **tiny(algo))
     env = make_train_env(cfg)
     try:
         model = make_algo(cfg, env)
@@ -189,7 +187,7 @@ def test_fresh_info_dummy_vec_env_matches_dummy_vec_env():
     """make_train_env's VecEnv for EDO ids skips DummyVecEnv's deepcopy of the infos: same observations, rewards,
     dones and infos step for step (episode ends and auto-resets included), and no info shares a dict or an array
     with another step's info (so the copy was not needed)."""
-    cfg = TrainConfig(**{**TINY, "n_envs": 3})
+    cfg = TrainConfig(**tiny(n_envs=3))
     fast = make_train_env(cfg)
     ref = make_vec_env(
         cfg.env_id, n_envs=3, seed=cfg.seed, vec_env_cls=DummyVecEnv, env_kwargs={"render_mode": None},
@@ -245,7 +243,7 @@ def test_fresh_info_dummy_vec_env_steps_box_observations_as_dummy_vec_env():
 
 
 def test_eval_episodes_zero_skips_evaluation(tmp_path):
-    cfg = TrainConfig(output_dir=str(tmp_path), **{**TINY, "eval_episodes": 0})
+    cfg = TrainConfig(output_dir=str(tmp_path), **tiny(eval_episodes=0))
     _, result = train(cfg)
     assert result.results == [] and result.model_result is None
     assert result.model_path.is_file()
@@ -400,7 +398,7 @@ def test_idle_envs_left_where_they_are_train_the_same_parameters(algo, tmp_path,
     """``FreshInfoDummyVecEnv.step_some``: the envs idle at the end of a rollout no longer step, and training is the
     same to the bit (every recorded episode starts with a seeded reset; idle rows still go through the policy, so torch
     draws as many random numbers)."""
-    kwargs = dict(TINY, total_timesteps=900, n_envs=4, group_size=4, groups_per_rollout=3, eval_episodes=0)
+    kwargs = tiny(total_timesteps=900, n_envs=4, group_size=4, groups_per_rollout=3, eval_episodes=0)
 
     def run(name: str) -> tuple[dict, TrainResult]:
         cfg = TrainConfig(algo=algo, env_id="EDO-v0", seed=5, output_dir=str(tmp_path / name), **kwargs)
@@ -445,7 +443,7 @@ def test_torch_threads_hold_after_the_envs_load_their_embedder(tmp_path, monkeyp
         return update(self)
 
     monkeypatch.setattr(GRPO, "train", spied_update)
-    cfg = TrainConfig(algo="grpo", env_id="EDO-v0", torch_threads=2, output_dir=str(tmp_path), **{**TINY, "eval_episodes": 0})
+    cfg = TrainConfig(algo="grpo", env_id="EDO-v0", torch_threads=2, output_dir=str(tmp_path), **tiny(eval_episodes=0))
     try:
         train(cfg)
     finally:
@@ -468,7 +466,7 @@ def test_gc_freeze_trains_the_same_parameters_and_unfreezes(tmp_path, monkeypatc
         frozen_at_rollout.append(gc.get_freeze_count())
 
     monkeypatch.setattr(FreezeGCCallback, "_on_rollout_start", spy)
-    kwargs = dict(TINY, total_timesteps=600, n_envs=2, group_size=2, groups_per_rollout=2, eval_episodes=0, seed=3)
+    kwargs = tiny(total_timesteps=600, n_envs=2, group_size=2, groups_per_rollout=2, eval_episodes=0, seed=3)
     runs = {}
     for freeze in (True, False):
         cfg = TrainConfig(algo="grpo", env_id="EDO-v0", gc_freeze=freeze, output_dir=str(tmp_path / str(freeze)), **kwargs)
