@@ -100,10 +100,11 @@ def curriculum_env_kwargs(h: int) -> dict[str, Any]:
 TARGET_H, TARGET_MARGIN = 8, 0.15
 
 
-def grpo_config() -> str:
-    from baselines.training import TrainConfig
+def grpo_config(overrides: dict[str, Any] | None = None) -> str:
+    """GRPO's settings that shape its groups, as a run with the setup's ``overrides`` gets them."""
+    from baselines.training import TrainConfig, settings_for
 
-    d = TrainConfig()
+    d = TrainConfig(**settings_for("grpo", dict(overrides or {})))
     return f"group size {d.group_size}, normalize_std={d.normalize_std}, ent_coef={d.ent_coef:g}, kl_coef={d.kl_coef:g}"
 
 
@@ -216,7 +217,7 @@ def markdown(settings: dict[str, Any], results: dict[str, Any], concl: dict[str,
         settings["mode"],
         f"Budget: {settings['timesteps']:,} env steps per run at every h, seeds {settings['seeds']}, evaluation on "
         f"{settings['eval_episodes']} held-out tasks (deterministic actions). Every learned run trains with the setup "
-        f"'{settings['setup']}' ({settings['setup_description']}); GRPO otherwise as configured by TrainConfig "
+        f"'{settings['setup']}' ({settings['setup_description']}); GRPO "
         f"({settings['grpo_config']}). Success: mean over seeds (95% CI when more than one seed); heuristics: success "
         "(Wilson 95% CI over tasks).",
     )
@@ -347,7 +348,7 @@ def summarise(cfg: StudyConfig, runs: RunSet) -> tuple[dict[str, Any], str]:
     hops = list(cfg.options.hops)
     protocols = list(cfg.options.protocols)
     settings = {**cfg.settings(), "hops": hops, "heuristics": list(REFERENCES), "env_id": "EDO-v0",
-                "grpo_config": grpo_config(), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}, "protocols": protocols,
+                "grpo_config": grpo_config(SETUPS[cfg.options.setup][2]), "env_kwargs_by_h": {h: env_kwargs(h) for h in hops}, "protocols": protocols,
                 "success_filter_overrides": SUCCESS_FILTER,
                 "curriculum_by_h": {h: curriculum(h) for h in hops if h > CURRICULUM_MIN_HOPS + 1},
                 "curriculum_env_kwargs_by_h": {h: curriculum_env_kwargs(h) for h in hops if h > CURRICULUM_MIN_HOPS + 1},
