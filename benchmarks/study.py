@@ -270,7 +270,9 @@ class Study:
         algos = tuple(self.algos[tier] if args.algos is None else args.algos)
         check_algos(algos, self.name)
         options = argparse.Namespace(**{o.dest: o.resolve(getattr(args, o.dest), tier) for o in self.options})
-        command = " ".join(["python", "-m", f"benchmarks.{self.name}", *(shlex.quote(a) for a in argv)])
+        # the command that produces the results: without the flags that only say how or whether the runs execute
+        produce = [a for a in argv if a != "--summarise-only"]
+        command = " ".join(["python", "-m", f"benchmarks.{self.name}", *(shlex.quote(a) for a in produce)])
         given = tuple(k for k in ("seeds", "timesteps", "eval_episodes", "algos") if getattr(args, k) is not None)
         return StudyConfig(name=args.name, tier=tier, budget=budget, algos=algos, options=options, out_dir=Path(args.out_dir),
                            command=command, upstream=tuple(upstream), given=given)  # fmt: skip
