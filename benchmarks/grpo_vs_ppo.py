@@ -301,13 +301,20 @@ def markdown(summary: dict[str, Any], heuristics: list[dict[str, Any]], settings
             f"| time to PPO's final success <= 0.6 of PPO's | {'yes' if t['time_to_target_at_most_0.6'] else 'NO'} |",
         ]
     at_start = [a for a in algos if summary[a].get("runs_at_target_before_rl")]
+    warm = any(summary[a].get("warm_start_success_mean") is not None for a in algos)
     if at_start:
         lines += [
             "",
-            "The warm start alone (behaviour cloning before the first RL step) reaches PPO's final success in "
+            (
+                "The warm start alone (behaviour cloning before the first RL step)"
+                if warm
+                else "The policy before the first RL step (its initialisation: there is no warm start)"
+            )
+            + " reaches PPO's final success in "
             + ", ".join(f"{summary[a]['runs_at_target_before_rl']}/{len(summary[a]['seeds'])} runs of {a}" for a in at_start)
-            + ": there the time to target measures the warm start, not the RL algorithm; compare the update times and "
-            "the gain over the 'before RL' column instead.",
+            + ": there the time to target measures "
+            + ("the warm start" if warm else "where training starts")
+            + ", not the RL algorithm; compare the update times and the gain over the 'before RL' column instead.",
         ]
     best = summary.get("best_learned_vs_rule_based")
     if best is not None:
