@@ -20,7 +20,8 @@ nothing else (no env object, no task text, no worker skills), exactly what a lea
   would derail its execution (a plan that lacks a step only a result reveals: once that result is in), routes each
   step to the worker most likely to answer it, never pays for a verification (it knows whether a result is right),
   retries a wrong result up to ``max_tries`` times, mostly with the option most likely right (a greedy worker, which
-  answers the same request the same way, is asked each request once), and submits at once when the answer can no longer be right.
+  answers the same request the same way, is asked each request once), and submits at once when the answer can no
+  longer be right.
 
 Interface: ``reset(obs, info)`` at episode start, ``act(obs, info) -> action``; a policy with
 ``uses_hidden_state`` implements ``act_hidden(obs, info, hidden)`` instead.

@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import edo_gym  # noqa: E402, F401
 from baselines.evaluation import evaluate_heuristic, evaluate_model  # noqa: E402
 from baselines.probes import PROBES, TEXT_PROBES  # noqa: E402
-from benchmarks.common import RESULTS_DIR, command_line, machine_line, write_results  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_line, write_results  # noqa: E402
 from benchmarks.env_validity import policy  # noqa: E402
 from edo_gym import __version__  # noqa: E402
 from edo_gym.registration import SCRIPTED  # noqa: E402
@@ -135,30 +137,29 @@ def summarize(table: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[
     return out
 
 
-def previous_kinds(out_dir: Path, tasks: int, seeds: list[int]) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
-    """The kinds of the results file in ``out_dir`` measured with the same ``tasks`` and ``seeds`` (empty when there is
-    none or it differs), and when and on which version each was measured."""
+def previous_results(out_dir: Path, tasks: int, seeds: list[int]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """What the results file in ``out_dir`` holds when it was measured with the same ``tasks`` and ``seeds`` (all empty
+    when there is none or it differs): its kinds, when and on which version each was measured, and its learned rows."""
     path = out_dir / "deviations.json"
     if not path.is_file():
-        return {}, {}
+        return {}, {}, {}
     data = json.loads(path.read_text())
     if data.get("tasks") != tasks or data.get("seeds") != seeds:
-        return {}, {}
+        return {}, {}, {}
     table = {kind: value for kind, value in data.get("table", {}).items() if kind in KINDS}
     default = {"date_utc": data.get("date_utc", "?"), "edo_gym_version": data.get("edo_gym_version", "?")}
     measured = {kind: data.get("measured", {}).get(kind, default) for kind in table}
-    return table, measured
+    return table, measured, dict(data.get("learned") or {})
 
 
-def previous_learned(out_dir: Path, tasks: int, seeds: list[int]) -> dict[str, Any]:
-    """The learned rows of the results file in ``out_dir`` measured with the same ``tasks`` and ``seeds``."""
-    path = out_dir / "deviations.json"
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text())
-    if data.get("tasks") != tasks or data.get("seeds") != seeds:
-        return {}
-    return dict(data.get("learned") or {})
+def recorded_command(argv: list[str], models: list[tuple[str, Path]]) -> str:
+    """This run's command line, each ``--models`` path written as ``runs/<file>`` (not as a path of this machine)."""
+
+    def shown(arg: str) -> str:
+        name, sep, given = arg.partition("=")
+        return f"{name}=runs/{Path(given).name}" if sep and (name, Path(given)) in models else arg
+
+    return " ".join(["python", "-m", "benchmarks.deviations", *(shlex.quote(shown(a)) for a in argv)])
 
 
 def markdown(
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
     # kinds measured before with the same tasks and seeds are kept (one kind can be rerun or added alone), each with
     # the date and version it was measured on
-    table, measured = previous_kinds(args.out_dir or RESULTS_DIR, args.tasks, args.seeds)
+    table, measured, learned = previous_results(args.out_dir or RESULTS_DIR, args.tasks, args.seeds)
     for kind in args.kinds:
         table[kind] = {split: evaluate_kind(kind, split, args.tasks, args.seeds) for split in ("train", "test")}
         measured[kind] = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "edo_gym_version": __version__}
@@ -248,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no kind measured: give --kinds, or run where a results file with the same --tasks and --seeds is")
     if args.models and "default" not in table:
         parser.error("--models compares with the default kind: measure it too (--kinds default)")
-    learned = previous_learned(args.out_dir or RESULTS_DIR, args.tasks, args.seeds)
     for name, path in args.models:
         saved = json.loads(path.with_suffix(".json").read_text())
         config = saved["config"]
@@ -258,10 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         learned[name] = {**row, "drop": row["train"]["success"] - row["test"]["success"], "description": description,
                          "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "edo_gym_version": __version__}  # fmt: skip
     summary = summarize(table)
-    # the command as run, each model named by its file (not by a path of the machine it was measured on)
-    command = command_line().split(" --models ")[0]
-    if args.models:
-        command += " --models " + " ".join(f"{name}=runs/{path.name}" for name, path in args.models)
+    command = recorded_command(list(sys.argv[1:] if argv is None else argv), args.models)
     payload = {"command": command, "tasks": args.tasks, "seeds": args.seeds, "table": table, "summary": summary,
                "measured": measured, "learned": learned}  # fmt: skip
     text = markdown(table, summary, args, learned)

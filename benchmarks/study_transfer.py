@@ -111,30 +111,12 @@ def success_on(record: dict[str, Any], env_id: str, extra: bool = False) -> dict
     raise KeyError(env_id)
 
 
-def reference_results(env_kwargs: dict[str, Any], episodes: int) -> dict[str, dict[str, float]]:
-    """The deviations part's hand-written policies on the first ``episodes`` held-out EDO-v0 tasks with ``env_kwargs``."""
-    from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env
-    from benchmarks.bench_lib import EVAL_SEED
-    from benchmarks.env_validity import policy
-
-    env = make_eval_env(WITH_ALL, info_text=True, **env_kwargs)
-    try:
-        ids = heldout_task_ids(env, episodes)
-        out = {}
-        for name in DEVIATION_REFERENCES:
-            r = evaluate_heuristic(policy(name), env, ids, seed=EVAL_SEED)
-            out[name] = {"success": r.success_rate, "return": r.mean_return}
-        return out
-    finally:
-        env.close()
-
-
 def deviation_table(cfg: StudyConfig, runs: RunSet) -> dict[str, Any]:
     """Per kind: the learned models' success with and without it, transfer loss and the kind's cost, and the
     hand-written policies' success with and without it and the kind's cost (None where a run is missing)."""
     _, setup_env, _ = SETUPS[cfg.options.setup]
     episodes = cfg.budget.eval_episodes
-    with_all = reference_results(dict(setup_env), episodes)
+    with_all = heuristic_results(WITH_ALL, dict(setup_env), DEVIATION_REFERENCES, episodes)
     trained_with = {algo: stat_mean(seed_stats([success_on(r, WITH_ALL)["success"] for r in runs.seeds(WITH_ALL, algo)]))
                     for algo in cfg.algos}  # fmt: skip
     table: dict[str, Any] = {}
@@ -152,9 +134,9 @@ def deviation_table(cfg: StudyConfig, runs: RunSet) -> dict[str, Any]:
                 "transfer_loss": difference(stat_mean(tested_with), trained_with[algo]),
                 "kind_cost": difference(stat_mean(tested_with), stat_mean(tested_without)),
             }
-        without = reference_results({**setup_env, **off}, episodes)
-        hand = {name: {"tested_with": with_all[name]["success"], "tested_without": without[name]["success"],
-                       "kind_cost": with_all[name]["success"] - without[name]["success"]}
+        without = heuristic_results(WITH_ALL, {**setup_env, **off}, DEVIATION_REFERENCES, episodes)
+        hand = {name: {"tested_with": with_all[name]["success_rate"], "tested_without": without[name]["success_rate"],
+                       "kind_cost": with_all[name]["success_rate"] - without[name]["success_rate"]}
                 for name in DEVIATION_REFERENCES}  # fmt: skip
         table[kind] = {"learned": learned, "hand_written": hand}
     return table

@@ -25,14 +25,23 @@ MISSING = "missing"
 def heuristic_results(
     env_id: str, env_kwargs: dict[str, Any], names: Sequence[str], episodes: int
 ) -> dict[str, dict[str, Any]]:
-    """Heuristic policies on the first ``episodes`` held-out tasks of ``env_id`` (the tasks the trained models see)."""
+    """Hand-written policies on the first ``episodes`` held-out tasks of ``env_id`` (the tasks the trained models see):
+    heuristics (:data:`baselines.heuristics.HEURISTICS`) and probes (:data:`baselines.probes.PROBES`, and
+    :data:`baselines.probes.TEXT_PROBES`, for which the env is made with ``info_text=True``)."""
     from baselines.evaluation import evaluate_heuristic, heldout_task_ids, make_eval_env
     from baselines.heuristics import make_heuristic
+    from baselines.probes import PROBES, TEXT_PROBES
 
-    env = make_eval_env(env_id, **env_kwargs)
+    def policy(name: str) -> Any:
+        if name in TEXT_PROBES:
+            return TEXT_PROBES[name]()
+        return PROBES[name]() if name in PROBES else make_heuristic(name)
+
+    info_text = {"info_text": True} if any(n in TEXT_PROBES for n in names) else {}
+    env = make_eval_env(env_id, **info_text, **env_kwargs)
     try:
         ids = heldout_task_ids(env, episodes)
-        return {n: evaluate_heuristic(make_heuristic(n), env, ids, seed=EVAL_SEED).as_dict() for n in names}
+        return {n: evaluate_heuristic(policy(n), env, ids, seed=EVAL_SEED).as_dict() for n in names}
     finally:
         env.close()
 
