@@ -1075,3 +1075,24 @@ def test_the_deviations_table_adds_a_learned_models_drop_on_the_default_kind(tmp
         assert message in capsys.readouterr().err
     with pytest.raises(SystemExit):  # nothing measured and no results file to keep
         main(["--tasks", "3", "--kinds", "--out-dir", str(tmp_path / "empty")])
+
+
+def test_make_train_seeds_keeps_each_runs_model_and_settings_when_asked(tmp_path, monkeypatch):
+    """``--keep-models DIR``: the model and the .json edo train wrote beside it are copied to DIR as seed<s>.zip/.json
+    (the training itself is edo train's, tested with the CLI; here its process only writes the two files)."""
+    import benchmarks.make_train_seeds as mts
+
+    def fake_edo_train(cmd, **kwargs):
+        out = Path(cmd[cmd.index("--output-dir") + 1])
+        (out / "grpo_EDO-v0_3.zip").write_bytes(b"model bytes")
+        (out / "grpo_EDO-v0_3.json").write_text(json.dumps({"config": {"seed": 3}}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(mts.subprocess, "run", fake_edo_train)
+    (tmp_path / "out").mkdir()
+    mts.train_run(3, 10, tmp_path / "out", keep_models=tmp_path / "kept")
+    assert (tmp_path / "kept" / "seed3.zip").read_bytes() == b"model bytes"
+    assert json.loads((tmp_path / "kept" / "seed3.json").read_text()) == {"config": {"seed": 3}}
+    assert json.loads((tmp_path / "out" / "seed3.json").read_text())["config"] == {"seed": 3}
+    mts.train_run(4, 10, tmp_path / "out")  # without it nothing is kept
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["seed3.json", "seed3.zip"]
