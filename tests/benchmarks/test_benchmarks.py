@@ -1082,7 +1082,11 @@ def test_make_train_seeds_keeps_each_runs_model_and_settings_when_asked(tmp_path
     (the training itself is edo train's, tested with the CLI; here its process only writes the two files)."""
     import benchmarks.make_train_seeds as mts
 
+    real_run = subprocess.run
+
     def fake_edo_train(cmd, **kwargs):
+        if "baselines.cli" not in cmd:  # another command (the machine description's): run as it is
+            return real_run(cmd, **kwargs)
         out = Path(cmd[cmd.index("--output-dir") + 1])
         (out / "grpo_EDO-v0_3.zip").write_bytes(b"model bytes")
         (out / "grpo_EDO-v0_3.json").write_text(json.dumps({"config": {"seed": 3}}))
